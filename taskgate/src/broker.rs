@@ -1,0 +1,281 @@
+//! The [`Broker`] trait: the contract every backend implements (contract §3, extensions §E3–E5,
+//! §E8, §E16), and the parameter types of its operations.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{BrokerOptions, QuotaProvider, Result, Status, Task, Timestamp};
+
+/// The kind of a worker-reported failure (contract §4.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailKind {
+    /// A handler error: consumes the business retry budget (`attempts`).
+    Business,
+    /// The downstream pushed back: counts `throttled`, never `attempts`.
+    Throttled,
+    /// Fail at once without retrying (dead letter; replayable).
+    Skip,
+}
+
+/// What [`Broker::fail`] records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Which counter the failure consumes.
+    pub kind: FailKind,
+    /// The error text stored as `last_error`.
+    pub message: String,
+    /// When a retry may run; zero means now. Ignored for [`FailKind::Skip`].
+    pub retry_at: Timestamp,
+}
+
+impl Failure {
+    /// A business failure retried at `retry_at`.
+    pub fn business(message: impl Into<String>, retry_at: Timestamp) -> Self {
+        Failure { kind: FailKind::Business, message: message.into(), retry_at }
+    }
+
+    /// A throttled failure retried at `retry_at`.
+    pub fn throttled(message: impl Into<String>, retry_at: Timestamp) -> Self {
+        Failure { kind: FailKind::Throttled, message: message.into(), retry_at }
+    }
+
+    /// A failure that is final at once.
+    pub fn skip(message: impl Into<String>) -> Self {
+        Failure { kind: FailKind::Skip, message: message.into(), retry_at: Timestamp::ZERO }
+    }
+}
+
+/// A checkpoint saved by a stepwise task (§E3).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    /// Opaque checkpoint handed to the next run.
+    pub cursor: Option<Vec<u8>>,
+    /// Progress, 0–100.
+    pub progress: Option<u8>,
+    /// A progress note, at most 1,000 characters.
+    pub message: String,
+    /// How long until the next step may run, 0–60 s.
+    pub delay: Duration,
+}
+
+/// Which execution [`Broker::replay`] re-runs, and how (contract §8.3).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayRequest {
+    /// Replay this execution. Exactly one of `execution_id` and `business_key` is set.
+    pub execution_id: String,
+    /// Replay this key's chain tail.
+    pub business_key: String,
+    /// Allow replaying a completed execution.
+    pub allow_completed: bool,
+    /// Payload of the new execution; `None` copies the target's.
+    pub payload: Option<Vec<u8>>,
+}
+
+impl ReplayRequest {
+    /// Replays one execution.
+    pub fn by_id(id: impl Into<String>) -> Self {
+        ReplayRequest { execution_id: id.into(), ..ReplayRequest::default() }
+    }
+
+    /// Replays the tail of a business key's chain.
+    pub fn by_key(key: impl Into<String>) -> Self {
+        ReplayRequest { business_key: key.into(), ..ReplayRequest::default() }
+    }
+
+    /// Allows a completed target.
+    pub fn allow_completed(mut self) -> Self {
+        self.allow_completed = true;
+        self
+    }
+
+    /// Gives the new execution this payload.
+    pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = Some(payload.into());
+        self
+    }
+}
+
+/// Which tasks [`Broker::list`] returns (contract §7.1). Empty fields do not filter.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only this type.
+    pub task_type: String,
+    /// Only this queue.
+    pub queue: String,
+    /// Only this status.
+    pub status: Option<Status>,
+    /// Only this business key's executions (chain order).
+    pub business_key: String,
+    /// Only tasks submitted by this owner.
+    pub owner: String,
+    /// At most this many rows; zero means all.
+    pub limit: usize,
+    /// Skip this many rows first.
+    pub offset: usize,
+}
+
+impl Filter {
+    /// True when `task` passes every non-empty condition (limit and offset aside).
+    pub fn matches(&self, task: &Task) -> bool {
+        (self.task_type.is_empty() || self.task_type == task.task_type)
+            && (self.queue.is_empty() || self.queue == task.queue)
+            && self.status.is_none_or(|s| s == task.status)
+            && (self.business_key.is_empty() || self.business_key == task.business_key)
+            && (self.owner.is_empty() || self.owner == task.owner)
+    }
+}
+
+/// Task counts by type, then status (contract §7.4). Only existing combinations appear.
+pub type Counts = BTreeMap<String, BTreeMap<Status, u64>>;
+
+/// One item of [`Broker::ack_many`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AckItem {
+    /// The task.
+    pub id: String,
+    /// Its lease token.
+    pub token: String,
+    /// The result to store.
+    pub result: Option<Vec<u8>>,
+}
+
+/// Which finished tasks [`Broker::prune`] deletes (§E16).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PruneRequest {
+    /// Only tasks that finished strictly before this instant.
+    pub finished_before: Timestamp,
+    /// Only these terminal statuses; empty means all three.
+    pub statuses: Vec<Status>,
+    /// Delete at most this many tasks; zero means no limit.
+    pub limit: usize,
+    /// Also delete keyed chains (whole or not at all). Dropping a chain re-opens its key.
+    pub include_keyed: bool,
+}
+
+/// A durable task broker: the one behavioural contract every backend keeps.
+///
+/// Every method is one atomic unit. Methods that change a task's lease take its token and fail
+/// with [`Error::LeaseLost`](crate::Error::LeaseLost) when it does not hold the current lease.
+/// Every method before [`Broker::init`] fails with `NotInitialized`, and after
+/// [`Broker::close`] with `Closed`. The trait is object-safe: runtimes and tools hold
+/// `Arc<dyn Broker>`.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use taskgate::{Broker, BrokerOptions, Task};
+/// # async fn demo(broker: &dyn Broker) -> taskgate::Result<()> {
+/// broker.init(BrokerOptions::default()).await?;
+/// let stored = broker.enqueue(&Task::new("email", "default").with_payload(b"{}".to_vec())).await?;
+/// let claimed = broker.dequeue(&["default"]).await?;
+/// assert_eq!(claimed.id, stored.id);
+/// broker.ack(&claimed.id, &claimed.lease_token, None).await?;
+/// # Ok(()) }
+/// # });
+/// ```
+#[async_trait]
+pub trait Broker: Send + Sync {
+    /// The backend's name (`memory`, `sqlite`, `postgres`, `mysql`).
+    fn backend(&self) -> &'static str;
+
+    /// Applies options (and, for server databases, migrates the schema). A second call only
+    /// refreshes the options.
+    async fn init(&self, options: BrokerOptions) -> Result<()>;
+
+    /// Closes the broker: later calls fail with `Closed`, blocked dequeues return at once.
+    /// Idempotent.
+    async fn close(&self) -> Result<()>;
+
+    /// Stores a new task and returns the stored snapshot (generated ID, decided status,
+    /// timestamps). On error nothing is stored.
+    async fn enqueue(&self, task: &Task) -> Result<Task>;
+
+    /// Stores several tasks in one atomic unit: all or nothing (§E8). Tasks may depend on
+    /// earlier tasks of the same batch.
+    async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>>;
+
+    /// Claims up to `max` ready tasks from `queues` without waiting; may return none.
+    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>>;
+
+    /// Claims up to `max` ready tasks, waiting until at least one is ready (§E8). Cancel-safe:
+    /// dropping the future either claims nothing or returns what it claimed to `pending` at once.
+    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>>;
+
+    /// Claims one ready task, waiting until one is ready. Cancel-safe like `dequeue_many`.
+    async fn dequeue(&self, queues: &[&str]) -> Result<Task> {
+        let mut tasks = self.dequeue_many(queues, 1).await?;
+        tasks.pop().ok_or_else(|| crate::Error::backend(self.backend(), "dequeue returned no task"))
+    }
+
+    /// Claims one ready task without waiting.
+    async fn try_dequeue(&self, queues: &[&str]) -> Result<Option<Task>> {
+        Ok(self.try_dequeue_many(queues, 1).await?.pop())
+    }
+
+    /// Completes a running task with `result`, waking its children.
+    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()>;
+
+    /// Completes several tasks in one atomic unit; each item succeeds or fails on its own
+    /// (a stale token fails only that item). The outer error is a storage failure.
+    async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>>;
+
+    /// Records a failure: `retrying` or `failed` per contract §4.1.
+    async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()>;
+
+    /// Cancels a task: at once when not running; a running task only gets `cancel_requested`.
+    async fn cancel(&self, id: &str) -> Result<()>;
+
+    /// The worker's final write for a cancelled task: `canceled`.
+    async fn finish_canceled(&self, id: &str, token: &str) -> Result<()>;
+
+    /// Returns a running task to `pending` without changing any counter or `run_at`.
+    async fn requeue(&self, id: &str, token: &str) -> Result<()>;
+
+    /// Renews the lease. Fails with `Canceled` (after renewing) when a cancel was requested.
+    async fn heartbeat(&self, id: &str, token: &str) -> Result<()>;
+
+    /// Saves a stepwise task's checkpoint and releases it to run again after `step.delay`
+    /// (§E3). Fails with `Canceled` (after storing the checkpoint and cancelling the task) when
+    /// a cancel was requested.
+    async fn save_step(&self, id: &str, token: &str, step: Step) -> Result<()>;
+
+    /// A deep copy of one task.
+    async fn get(&self, id: &str) -> Result<Task>;
+
+    /// Creates a new execution from a finished one (contract §8.3) and returns it.
+    async fn replay(&self, request: ReplayRequest) -> Result<Task>;
+
+    /// Runs a failed or cancelled task again under the same ID (operator resume, §E5).
+    async fn resume(&self, id: &str) -> Result<Task>;
+
+    /// Tasks matching `filter` in `(created_at, id)` order (contract §7.2).
+    async fn list(&self, filter: &Filter) -> Result<Vec<Task>>;
+
+    /// Pending and retrying tasks of `queue`, delayed ones included (contract §7.3).
+    async fn queue_len(&self, queue: &str) -> Result<u64>;
+
+    /// Task counts by type and status (contract §7.4).
+    async fn counts(&self) -> Result<Counts>;
+
+    /// Handles expired leases and repairs blocked tasks (contract §6); returns how many expired
+    /// leases it handled.
+    async fn reap_expired(&self) -> Result<u64>;
+
+    /// Stops claims from `queue` (persisted, shared by every handle on the storage; §E4).
+    async fn pause_queue(&self, queue: &str) -> Result<()>;
+
+    /// Lets claims from `queue` resume and wakes waiting claimers.
+    async fn resume_queue(&self, queue: &str) -> Result<()>;
+
+    /// The paused queues, sorted.
+    async fn paused_queues(&self) -> Result<Vec<String>>;
+
+    /// Deletes old finished tasks (§E16); returns how many were deleted.
+    async fn prune(&self, request: PruneRequest) -> Result<u64>;
+
+    /// The periodic-quota capability, when the backend has it (contract §9).
+    fn quota_provider(&self) -> Option<&dyn QuotaProvider> {
+        None
+    }
+}

@@ -1,0 +1,224 @@
+//! Input limits shared by every backend (extensions §E7), checked before any write so a program
+//! behaves the same whichever backend it runs on.
+
+use std::time::Duration;
+
+use crate::{Error, Result, Step, Task};
+
+/// Longest id, type, queue, business key or owner, in Unicode scalar values.
+pub const MAX_NAME_CHARS: usize = 255;
+/// Most parents one task may list.
+pub const MAX_PARENTS: usize = 1_000;
+/// Longest step message, in Unicode scalar values.
+pub const MAX_MESSAGE_CHARS: usize = 1_000;
+/// Longest delay a saved step may ask for.
+pub const MAX_STEP_DELAY: Duration = Duration::from_secs(60);
+/// Default largest payload, result or cursor (16 MiB).
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
+
+/// Size limits that depend on configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest payload, result or cursor in bytes.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES }
+    }
+}
+
+/// Checks a name-like value: `min_len`–255 characters, no control characters.
+pub fn validate_name(field: &'static str, value: &str, allow_empty: bool) -> Result<()> {
+    let chars = value.chars().count();
+    if chars == 0 && !allow_empty {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if chars > MAX_NAME_CHARS {
+        return Err(Error::invalid(
+            field,
+            format!("too long: {chars} characters exceeds max {MAX_NAME_CHARS}"),
+        ));
+    }
+    if let Some(pos) = value.chars().position(char::is_control) {
+        return Err(Error::invalid(field, format!("control character at position {pos}")));
+    }
+    Ok(())
+}
+
+/// Checks a task ID presented to a lookup (get, cancel, token operations, replay, resume).
+pub fn validate_id(id: &str) -> Result<()> {
+    validate_name("id", id, false)
+}
+
+/// Checks a queue name.
+pub fn validate_queue(queue: &str) -> Result<()> {
+    validate_name("queue", queue, false)
+}
+
+/// Checks a claim's queue list: at least one queue, each a valid name.
+pub fn validate_queues(queues: &[&str]) -> Result<()> {
+    if queues.is_empty() {
+        return Err(Error::invalid("queues", "at least one queue is required"));
+    }
+    queues.iter().try_for_each(|q| validate_queue(q))
+}
+
+/// Checks opaque bytes (payload, result, cursor) against the size limit.
+pub fn validate_bytes(field: &'static str, bytes: Option<&[u8]>, limits: &Limits) -> Result<()> {
+    match bytes {
+        Some(b) if b.len() > limits.max_payload_bytes => Err(Error::invalid(
+            field,
+            format!("too large: {} bytes exceeds max {}", b.len(), limits.max_payload_bytes),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a task handed to enqueue; nothing is written when this fails.
+pub fn validate_task(task: &Task, limits: &Limits) -> Result<()> {
+    if !task.id.is_empty() {
+        validate_name("id", &task.id, false)?;
+    }
+    validate_name("type", &task.task_type, false)?;
+    validate_name("queue", &task.queue, false)?;
+    validate_name("business_key", &task.business_key, true)?;
+    validate_name("owner", &task.owner, true)?;
+    if !task.replay_of.is_empty() {
+        return Err(Error::invalid("replay_of", "only replay sets replay_of"));
+    }
+    validate_bytes("payload", task.payload.as_deref(), limits)?;
+    validate_bytes("result", task.result.as_deref(), limits)?;
+    validate_bytes("cursor", task.cursor.as_deref(), limits)?;
+    if task.depends_on.len() > MAX_PARENTS {
+        return Err(Error::invalid(
+            "depends_on",
+            format!("too many parents: {} exceeds max {MAX_PARENTS}", task.depends_on.len()),
+        ));
+    }
+    task.depends_on.iter().try_for_each(|p| validate_name("depends_on", p, false))?;
+    validate_progress(task.progress)?;
+    validate_message(&task.message)
+}
+
+/// Checks every task of a batch; the error names the failing item's index.
+pub fn validate_tasks(tasks: &[Task], limits: &Limits) -> Result<()> {
+    for (i, task) in tasks.iter().enumerate() {
+        validate_task(task, limits).map_err(|e| match e {
+            Error::InvalidInput { field, reason } => {
+                Error::InvalidInput { field, reason: format!("task {i}: {reason}") }
+            }
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+fn validate_progress(progress: Option<u8>) -> Result<()> {
+    match progress {
+        Some(p) if p > 100 => Err(Error::invalid("progress", format!("{p} exceeds 100"))),
+        _ => Ok(()),
+    }
+}
+
+fn validate_message(message: &str) -> Result<()> {
+    let chars = message.chars().count();
+    if chars > MAX_MESSAGE_CHARS {
+        return Err(Error::invalid(
+            "message",
+            format!("too long: {chars} characters exceeds max {MAX_MESSAGE_CHARS}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a saved step (§E3): delay 0–60 s, progress ≤ 100, message ≤ 1,000 characters,
+/// cursor within the size limit.
+pub fn validate_step(step: &Step, limits: &Limits) -> Result<()> {
+    if step.delay > MAX_STEP_DELAY {
+        return Err(Error::invalid(
+            "delay",
+            format!("{:?} exceeds max {:?}", step.delay, MAX_STEP_DELAY),
+        ));
+    }
+    validate_progress(step.progress)?;
+    validate_message(&step.message)?;
+    validate_bytes("cursor", step.cursor.as_deref(), limits)
+}
+
+/// Checks a SQL table prefix: `^[a-z][a-z0-9_]{0,29}$` (extensions §E6). It is spliced into
+/// statements, so nothing else may pass.
+pub fn validate_prefix(prefix: &str) -> Result<()> {
+    let mut chars = prefix.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && prefix.len() <= 30 {
+        Ok(())
+    } else {
+        Err(Error::invalid("prefix", format!("{prefix:?} must match ^[a-z][a-z0-9_]{{0,29}}$")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    fn field_of(r: Result<()>) -> Option<&'static str> {
+        match r {
+            Err(Error::InvalidInput { field, .. }) => Some(field),
+            _ => None,
+        }
+    }
+
+    #[rstest]
+    #[case::ok(Task::new("t", "q"), None)]
+    #[case::empty_type(Task::new("", "q"), Some("type"))]
+    #[case::empty_queue(Task::new("t", ""), Some("queue"))]
+    #[case::long_id(Task::new("t", "q").with_id("x".repeat(256)), Some("id"))]
+    #[case::multibyte_255(Task::new("t", "é".repeat(255)), None)]
+    #[case::long_key(Task::new("t", "q").with_business_key("k".repeat(256)), Some("business_key"))]
+    #[case::control(Task::new("t\n", "q"), Some("type"))]
+    #[case::nul_in_parent(Task::new("t", "q").with_depends_on(["a\0b"]), Some("depends_on"))]
+    #[case::too_many_parents(Task::new("t", "q").with_depends_on((0..1001).map(|i| i.to_string())), Some("depends_on"))]
+    #[case::replay_of(Task { replay_of: "e1".into(), ..Task::new("t", "q") }, Some("replay_of"))]
+    fn task_limits(#[case] task: Task, #[case] field: Option<&'static str>) {
+        assert_eq!(field_of(validate_task(&task, &Limits::default())), field);
+    }
+
+    #[test]
+    fn payload_limit_is_configurable() {
+        let limits = Limits { max_payload_bytes: 4 };
+        let task = Task::new("t", "q").with_payload(vec![0u8; 5]);
+        assert_eq!(field_of(validate_task(&task, &limits)), Some("payload"));
+        let task = Task::new("t", "q").with_payload(vec![0u8; 4]);
+        assert_eq!(field_of(validate_task(&task, &limits)), None);
+    }
+
+    #[rstest]
+    #[case("taskgate_", true)]
+    #[case("a", true)]
+    #[case("tgtest_01j0abc_", true)]
+    #[case("", false)]
+    #[case("1abc", false)]
+    #[case("Upper", false)]
+    #[case("x; DROP TABLE", false)]
+    #[case("abcdefghijklmnopqrstuvwxyz01234", false)]
+    fn prefixes(#[case] prefix: &str, #[case] ok: bool) {
+        assert_eq!(validate_prefix(prefix).is_ok(), ok, "{prefix:?}");
+    }
+
+    #[test]
+    fn step_limits() {
+        let limits = Limits::default();
+        let step = |delay: u64, progress: u8| Step {
+            delay: Duration::from_secs(delay),
+            progress: Some(progress),
+            ..Step::default()
+        };
+        assert_eq!(field_of(validate_step(&step(60, 100), &limits)), None);
+        assert_eq!(field_of(validate_step(&step(61, 0), &limits)), Some("delay"));
+        assert_eq!(field_of(validate_step(&step(0, 101), &limits)), Some("progress"));
+    }
+}
