@@ -1,0 +1,188 @@
+//! `brokertest`: the taskgate contract as executable cases.
+//!
+//! Every rule of the broker contract is a documented `pub async fn` in [`cases`] that takes a
+//! [`Factory`] and asserts exactly what the specification says. A backend proves itself with
+//! one line in its tests:
+//!
+//! ```ignore
+//! brokertest::contract_tests!(my_backend::TestFactory::new());
+//! ```
+//!
+//! which expands to one `#[tokio::test]` per case with the stable names `c01_round_trip` …
+//! `c32_reap_race`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
+//! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
+//! same list in-process and reports per case; `taskgate check <url>` prints that report.
+//!
+//! Each case gets fresh, isolated storage from the factory and a [`ManualClock`](taskgate::ManualClock)
+//! starting at 2026-01-01T00:00:00Z; time only moves when the case advances it. The only real
+//! waits are the 100 ms "still blocked" window, the 5 s safety timeout on every expected
+//! result, and the notify case's 10 ms polling.
+
+pub mod cases;
+mod harness;
+mod report;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use taskgate::{BoxError, BoxFuture, Broker};
+
+pub use harness::{spawn_dequeue_on, task, Harness, Waiter, REAL_WINDOW, SAFETY_TIMEOUT};
+pub use report::{
+    case_names, require_db, run_all, run_case_test, run_matching, CaseReport, Outcome, CASE_TIMEOUT,
+};
+
+/// What every case returns: `Ok` when it passed. Assertion failures panic with a message.
+pub type CaseResult = Result<(), BoxError>;
+
+/// Hands each case fresh, isolated storage.
+#[async_trait]
+pub trait Factory: Send + Sync {
+    /// A short name for reports (`memory`, `sqlite`, `postgres`, `mysql`).
+    fn name(&self) -> String;
+
+    /// Fresh, empty storage no other case sees (a new instance, a temp file, a random table
+    /// prefix). Return [`Unavailable`] when the backend cannot run here (no database server).
+    async fn storage(&self) -> Result<Box<dyn Storage>, BoxError>;
+}
+
+/// One case's storage: it opens broker handles on it and removes it at the end.
+#[async_trait]
+pub trait Storage: Send + Sync {
+    /// A new broker handle on this storage, constructed but **not** initialised. Every call
+    /// returns a separate handle (a second connection pool, a second instance on the same
+    /// file), so race cases can use two.
+    async fn handle(&self) -> Result<Arc<dyn Broker>, BoxError>;
+
+    /// A handle built with table prefix `prefix`, for backends that have prefixes (`None`
+    /// otherwise). An invalid prefix must fail with `InvalidInput` naming `prefix`.
+    async fn handle_with_prefix(&self, prefix: &str) -> Option<taskgate::Result<Arc<dyn Broker>>> {
+        let _ = prefix;
+        None
+    }
+
+    /// Removes the storage (drops tables, deletes files). Called after the case closed its
+    /// handles.
+    async fn cleanup(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// Returned by [`Factory::storage`] when the backend's database is not reachable. Cases then
+/// skip loudly, or fail when `TASKGATE_REQUIRE_DB=1`.
+#[derive(Debug)]
+pub struct Unavailable(pub String);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "backend unavailable: {}", self.0)
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
+/// One entry of the case list: its stable name and how to run it.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// The stable test name (`c01_round_trip`, …).
+    pub name: &'static str,
+    /// Runs the case against a factory.
+    pub run: fn(Arc<dyn Factory>) -> BoxFuture<'static, CaseResult>,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Case").field("name", &self.name).finish()
+    }
+}
+
+/// Calls `$callback!` with the whole case list, written once: the table [`CASES`] and the
+/// [`contract_tests!`] macro both expand from it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __with_cases {
+    ($callback:ident ! ($($arg:tt)*)) => {
+        $crate::$callback! { ($($arg)*)
+            c01_round_trip,
+            c02_business_key_idempotent,
+            c03_claim_mutex,
+            c04_blocking_dequeue,
+            c05_delayed_task,
+            c06_ack_fail,
+            c07_lease_reap,
+            c08_stale_token,
+            c09_retrying_reclaim,
+            c10_dep_wake,
+            c11_cascade_cancel,
+            c12_cancel_states,
+            c13_counts_consistency,
+            c14_list_filter,
+            c15_requeue_no_count,
+            c16_illegal_transition,
+            c17_notify,
+            c18_list_pagination,
+            c19_replay_basic,
+            c20_replay_chain,
+            c21_business_key_query,
+            c22_identity_race,
+            c23_step_checkpoint,
+            c24_step_cancel,
+            c25_queue_pause,
+            c26_operator_resume,
+            c27_input_limits,
+            c28_batches,
+            c29_dequeue_cancel_safety,
+            c30_lifecycle,
+            c31_prune,
+            c32_reap_race,
+            q1_quota_hard_limit,
+            q2_quota_window_rotate,
+            q3_quota_stale_release,
+            q4_quota_key_isolation,
+            q5_quota_concurrent_race,
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __case_table {
+    (() $($name:ident),* $(,)?) => {
+        &[$($crate::Case {
+            name: stringify!($name),
+            run: |factory| Box::pin(async move { $crate::cases::$name(&*factory).await }),
+        }),*]
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __contract_test_fns {
+    (($factory:expr) $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let factory: ::std::sync::Arc<dyn $crate::Factory> =
+                    ::std::sync::Arc::new($factory);
+                $crate::run_case_test(stringify!($name), factory).await;
+            }
+        )*
+    };
+}
+
+/// Expands to one `#[tokio::test]` per contract case, each running against `$factory` (an
+/// expression evaluated afresh in every test; the calling crate depends on `tokio` with the
+/// `macros` and `rt-multi-thread` features).
+///
+/// ```ignore
+/// brokertest::contract_tests!(taskgate_memory::MemoryFactory);
+/// ```
+#[macro_export]
+macro_rules! contract_tests {
+    ($factory:expr) => {
+        $crate::__with_cases!(__contract_test_fns!($factory));
+    };
+}
+
+/// Every case, in suite order.
+pub static CASES: &[Case] = __with_cases!(__case_table!());

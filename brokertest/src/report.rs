@@ -1,0 +1,115 @@
+//! Running cases outside `cargo test`: [`run_all`] for `taskgate check`, and the body of every
+//! test the [`contract_tests!`](crate::contract_tests) macro generates.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{Factory, Unavailable, CASES};
+
+/// Longest a single case may run before it counts as failed (a hang is a failure).
+pub const CASE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How one case ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every assertion held.
+    Passed,
+    /// An assertion failed, an operation errored, the case panicked or timed out.
+    Failed(String),
+    /// The backend's database was not reachable.
+    Skipped(String),
+}
+
+/// One case's result.
+#[derive(Clone, Debug)]
+pub struct CaseReport {
+    /// The stable case name.
+    pub name: &'static str,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// How long it ran.
+    pub elapsed: Duration,
+}
+
+/// The stable names of every case, in suite order.
+pub fn case_names() -> Vec<&'static str> {
+    CASES.iter().map(|c| c.name).collect()
+}
+
+/// Runs every case against `factory`, one after another, and reports each.
+pub async fn run_all(factory: Arc<dyn Factory>) -> Vec<CaseReport> {
+    run_matching(factory, |_| true).await
+}
+
+/// Runs the cases whose name passes `filter`.
+pub async fn run_matching(
+    factory: Arc<dyn Factory>,
+    filter: impl Fn(&str) -> bool,
+) -> Vec<CaseReport> {
+    let mut reports = Vec::new();
+    for case in CASES.iter().filter(|c| filter(c.name)) {
+        let started = Instant::now();
+        let outcome = run_one(case.name, factory.clone()).await;
+        reports.push(CaseReport { name: case.name, outcome, elapsed: started.elapsed() });
+    }
+    reports
+}
+
+async fn run_one(name: &str, factory: Arc<dyn Factory>) -> Outcome {
+    let Some(case) = CASES.iter().find(|c| c.name == name) else {
+        return Outcome::Failed(format!("no case named {name}"));
+    };
+    let handle = tokio::spawn((case.run)(factory));
+    match tokio::time::timeout(CASE_TIMEOUT, handle).await {
+        Err(_) => Outcome::Failed(format!("timed out after {CASE_TIMEOUT:?}")),
+        Ok(Ok(Ok(()))) => Outcome::Passed,
+        Ok(Ok(Err(e))) => match e.downcast_ref::<Unavailable>() {
+            Some(u) => Outcome::Skipped(u.0.clone()),
+            None => Outcome::Failed(error_chain(&*e)),
+        },
+        Ok(Err(join)) if join.is_panic() => Outcome::Failed(panic_message(join.into_panic())),
+        Ok(Err(join)) => Outcome::Failed(format!("case task ended: {join}")),
+    }
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "case panicked".to_owned()
+    }
+}
+
+/// True when `TASKGATE_REQUIRE_DB=1`: an unreachable database fails instead of skipping.
+pub fn require_db() -> bool {
+    std::env::var("TASKGATE_REQUIRE_DB").is_ok_and(|v| v == "1")
+}
+
+/// The body of one generated test: runs case `name`, panics when it fails, and skips loudly
+/// (or fails, with `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable.
+pub async fn run_case_test(name: &str, factory: Arc<dyn Factory>) {
+    let backend = factory.name();
+    match run_one(name, factory).await {
+        Outcome::Passed => {}
+        Outcome::Failed(why) => panic!("{backend}: {name} failed: {why}"),
+        Outcome::Skipped(why) if require_db() => {
+            panic!("{backend}: {name}: {why} (TASKGATE_REQUIRE_DB=1 forbids skipping)")
+        }
+        Outcome::Skipped(why) => {
+            eprintln!("\n*** SKIPPED {backend}: {name}: {why} ***\n");
+        }
+    }
+}
