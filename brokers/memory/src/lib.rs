@@ -1,0 +1,1 @@
+//! In-memory taskgate broker (being written).
