@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Counts, per backend, the contract cases that passed in one `cargo test` log.
+
+Usage: count_cases.py BUILD_JSON TEST_LOG CASE_LIST_RS
+
+BUILD_JSON is `cargo test --no-run --message-format=json` output (maps executables to packages),
+TEST_LOG the captured `cargo test` output, CASE_LIST_RS the file holding the case list. Exits 1
+when any backend whose suite exists ran fewer than every case.
+"""
+import json
+import re
+import sys
+
+build_json, test_log, case_list = sys.argv[1:4]
+expected = len(re.findall(r"^ +([cq]\d+_[a-z_]+),$", open(case_list).read(), re.M))
+
+# executable path -> (package, test target)
+targets = {}
+for line in open(build_json):
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
+        pkg = msg["package_id"]
+        name = re.search(r"#?([A-Za-z0-9_-]+)@", pkg) or re.search(r"/([A-Za-z0-9_-]+)#", pkg)
+        targets[msg["executable"]] = (name.group(1) if name else pkg, msg["target"]["name"])
+
+def backend_of(package, target):
+    if package == "brokertest" and target in ("memory", "sqlite", "postgres", "mysql"):
+        return target
+    m = re.match(r"taskgate-(memory|sqlite|postgres|mysql)$", package)
+    if m and target == "contract":
+        return m.group(1)
+    return None
+
+passed, suites = {}, {}
+current = None
+for line in open(test_log):
+    m = re.match(r"\s+Running .*\((.*)\)\s*$", line)
+    if m:
+        current = backend_of(*targets.get(m.group(1), ("", "")))
+        if current:
+            suites[current] = suites.get(current, 0) + 1
+        continue
+    if current and re.match(r"^test [cq]\d+_[a-z_]+ \.\.\. ok$", line.rstrip("\n")):
+        passed[current] = passed.get(current, 0) + 1
+
+status = 0
+for backend in ("memory", "sqlite", "postgres", "mysql"):
+    if backend not in suites:
+        print(f"{backend:<9} no suite in this workspace yet")
+        continue
+    n = passed.get(backend, 0)
+    runs = suites[backend]
+    ok = n == expected * runs
+    print(f"{backend:<9} {n:>4} / {expected * runs} contract cases passed ({runs} suite run(s))")
+    status |= 0 if ok else 1
+if status:
+    print(f"a backend ran fewer than all {expected} contract cases")
+sys.exit(status)
