@@ -20,6 +20,7 @@
 
 pub mod cases;
 mod harness;
+pub mod model;
 mod report;
 
 use std::sync::Arc;
