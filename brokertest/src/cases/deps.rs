@@ -1,21 +1,170 @@
-//! Dependencies: wake-ups, cascades, cancel in every state (contract §5, §3.4 Cancel).
+//! Dependencies: parent checks, wake-ups, fan-in, cascading cancellation, and cancel in every
+//! status (contract §3.4 Cancel, §5).
 
-use crate::{CaseResult, Factory};
+use std::time::Duration;
 
-/// Not written yet.
+use taskgate::{ErrorKind, Failure, Filter, OnParentFailure, Status, Task};
+
+use super::basics::{expect_kind, must};
+use crate::{task, CaseResult, Factory, Harness};
+
+/// Given no parent, enqueueing a child of `no-such-parent` fails with `NotFound` and stores
+/// nothing (preset or generated ID). Given `p` and its child `c`, `c` is blocked and a dequeue
+/// waiting on its queue receives it once `p` is acked. A fan-in child of `p1` and `p2` stays
+/// blocked after `p1` completes and becomes pending after `p2`; a child of the completed `p`
+/// is pending at once.
 pub async fn c10_dep_wake(factory: &dyn Factory) -> CaseResult {
-    let _ = factory;
-    Err("case c10_dep_wake is not written yet".into())
+    let h = Harness::new(factory).await?;
+    check_missing_parent(&h).await?;
+
+    h.enqueue(task("p", "llm", "qp")).await;
+    let c = h.enqueue(task("c", "llm", "qc").with_depends_on(["p"])).await;
+    assert_eq!(c.status, Status::Blocked, "c: a child of pending p must be blocked");
+    h.expect_blocked(&["qc"]).await;
+    let mut waiter = h.spawn_dequeue(&["qc"]);
+    waiter.still_blocked().await;
+    h.ack_by_id("qp", "p").await;
+    let woken = must(waiter.result().await, "waiter on qc")?;
+    assert_eq!(woken.id, "c", "the waiter on qc must receive c once p completed");
+
+    h.enqueue(task("p1", "llm", "qp")).await;
+    h.enqueue(task("p2", "llm", "qp")).await;
+    let fan = h.enqueue(task("fan", "llm", "qc").with_depends_on(["p1", "p2"])).await;
+    assert_eq!(fan.status, Status::Blocked, "fan: must be blocked on p1 and p2");
+    h.ack_by_id("qp", "p1").await;
+    assert_eq!(h.get("fan").await.status, Status::Blocked, "fan: p2 is still pending");
+    h.ack_by_id("qp", "p2").await;
+    assert_eq!(h.get("fan").await.status, Status::Pending, "fan: both parents completed");
+
+    let late = h.enqueue(task("late", "llm", "qc").with_depends_on(["p"])).await;
+    assert_eq!(late.status, Status::Pending, "late: its parent p is already completed");
+    assert_eq!(h.get("late").await.status, Status::Pending, "late: stored status");
+    h.finish().await
 }
 
-/// Not written yet.
+async fn check_missing_parent(h: &Harness) -> CaseResult {
+    let orphan = task("orphan", "llm", "q").with_depends_on(["no-such-parent"]);
+    expect_kind(h.broker.enqueue(&orphan).await, ErrorKind::NotFound, "enqueue orphan");
+    let unnamed = task("", "llm", "q").with_depends_on(["no-such-parent"]);
+    expect_kind(h.broker.enqueue(&unnamed).await, ErrorKind::NotFound, "enqueue unnamed orphan");
+    assert!(unnamed.id.is_empty(), "the caller's task must keep its empty ID");
+    let stored = h.broker.list(&Filter::default()).await?;
+    assert!(stored.is_empty(), "a rejected orphan was stored: {stored:?}");
+    Ok(())
+}
+
+/// Given the fail_fast chain A ← B ← C, when A fails then B is canceled with "parent A failed"
+/// and C with "parent B canceled", both with finished_at, by the time fail returns. An
+/// ignore_parent_failure child B2 of a failed A2 becomes pending. A fail_fast child D enqueued
+/// under the failed A is canceled at once ("parent A failed", finished_at); an
+/// ignore_parent_failure child E is pending.
 pub async fn c11_cascade_cancel(factory: &dyn Factory) -> CaseResult {
-    let _ = factory;
-    Err("case c11_cascade_cancel is not written yet".into())
+    let h = Harness::new(factory).await?;
+    h.enqueue(task("A", "step", "qa")).await;
+    h.enqueue(task("B", "step", "qb").with_depends_on(["A"])).await;
+    h.enqueue(task("C", "step", "qc").with_depends_on(["B"])).await;
+    h.fail_by_id("qa", "A").await;
+    assert_eq!(h.get("A").await.status, Status::Failed, "A: must be failed");
+    expect_canceled(&h.get("B").await, "parent A failed", &h);
+    expect_canceled(&h.get("C").await, "parent B canceled", &h);
+
+    h.enqueue(task("A2", "step", "qa")).await;
+    let ignore = OnParentFailure::IgnoreParentFailure;
+    h.enqueue(task("B2", "step", "qb").with_depends_on(["A2"]).with_on_parent_failure(ignore))
+        .await;
+    h.fail_by_id("qa", "A2").await;
+    assert_eq!(h.get("B2").await.status, Status::Pending, "B2: ignores its failed parent");
+
+    let d = h.enqueue(task("D", "step", "qd").with_depends_on(["A"])).await;
+    expect_canceled(&d, "parent A failed", &h);
+    expect_canceled(&h.get("D").await, "parent A failed", &h);
+    let e = h
+        .enqueue(task("E", "step", "qe").with_depends_on(["A"]).with_on_parent_failure(ignore))
+        .await;
+    assert_eq!(e.status, Status::Pending, "E: ignores its failed parent at enqueue");
+    h.finish().await
 }
 
-/// Not written yet.
+/// Asserts `t` was canceled now with `last_error`.
+fn expect_canceled(t: &Task, last_error: &str, h: &Harness) {
+    assert_eq!(t.status, Status::Canceled, "{}: status", t.id);
+    assert_eq!(t.last_error, last_error, "{}: last_error", t.id);
+    assert_eq!(t.finished_at, Some(h.now()), "{}: finished_at", t.id);
+}
+
+/// Cancel in every non-terminal status: pending `pd` is canceled at once (finished_at = now)
+/// and its blocked child gets "parent pd canceled"; blocked `bk` is canceled and its parent
+/// stays pending; retrying `rt` is canceled; running `rn` only gets the request (heartbeat
+/// then fails with `Canceled`, finish_canceled cancels it, a second cancel is
+/// `AlreadyFinal`); running `rp` whose worker vanished is canceled by the reaper (returns 1,
+/// lease_lost 0) and its child gets "parent rp canceled", with nothing claimable left.
 pub async fn c12_cancel_states(factory: &dyn Factory) -> CaseResult {
-    let _ = factory;
-    Err("case c12_cancel_states is not written yet".into())
+    let h = Harness::new(factory).await?;
+    cancel_pending_and_blocked(&h).await?;
+    cancel_retrying(&h).await?;
+    cancel_running(&h).await?;
+    cancel_running_then_reap(&h).await?;
+    h.finish().await
+}
+
+async fn cancel_pending_and_blocked(h: &Harness) -> CaseResult {
+    h.enqueue(task("pd", "llm", "q-pd")).await;
+    h.enqueue(task("pd-child", "llm", "q-pdc").with_depends_on(["pd"])).await;
+    must(h.broker.cancel("pd").await, "cancel pending pd")?;
+    expect_canceled(&h.get("pd").await, "canceled", h);
+    expect_canceled(&h.get("pd-child").await, "parent pd canceled", h);
+
+    h.enqueue(task("bp", "llm", "q-bp")).await;
+    h.enqueue(task("bk", "llm", "q-bk").with_depends_on(["bp"])).await;
+    assert_eq!(h.get("bk").await.status, Status::Blocked, "bk: must start blocked");
+    must(h.broker.cancel("bk").await, "cancel blocked bk")?;
+    expect_canceled(&h.get("bk").await, "canceled", h);
+    assert_eq!(h.get("bp").await.status, Status::Pending, "bp: cancelling its child changed it");
+    Ok(())
+}
+
+async fn cancel_retrying(h: &Harness) -> CaseResult {
+    h.enqueue(task("rt", "llm", "q-rt").with_max_retry(5)).await;
+    let claimed = h.dequeue(&["q-rt"]).await;
+    let retry_at = h.now().saturating_add(Duration::from_secs(3600));
+    must(
+        h.broker.fail("rt", &claimed.lease_token, Failure::business("boom", retry_at)).await,
+        "fail rt",
+    )?;
+    assert_eq!(h.get("rt").await.status, Status::Retrying, "rt: must be retrying");
+    must(h.broker.cancel("rt").await, "cancel retrying rt")?;
+    expect_canceled(&h.get("rt").await, "canceled", h);
+    Ok(())
+}
+
+async fn cancel_running(h: &Harness) -> CaseResult {
+    h.enqueue(task("rn", "llm", "q3")).await;
+    let claimed = h.dequeue(&["q3"]).await;
+    must(h.broker.cancel("rn").await, "cancel running rn")?;
+    assert_eq!(
+        h.get("rn").await.status,
+        Status::Running,
+        "rn: cancel keeps a running task running"
+    );
+    let beat = h.broker.heartbeat("rn", &claimed.lease_token).await;
+    expect_kind(beat, ErrorKind::Canceled, "heartbeat rn after cancel");
+    must(h.broker.finish_canceled("rn", &claimed.lease_token).await, "finish_canceled rn")?;
+    expect_canceled(&h.get("rn").await, "canceled", h);
+    expect_kind(h.broker.cancel("rn").await, ErrorKind::AlreadyFinal, "cancel rn again");
+    Ok(())
+}
+
+async fn cancel_running_then_reap(h: &Harness) -> CaseResult {
+    h.enqueue(task("rp", "llm", "q-rp")).await;
+    h.enqueue(task("rp-child", "llm", "q-rp2").with_depends_on(["rp"])).await;
+    h.dequeue(&["q-rp"]).await;
+    must(h.broker.cancel("rp").await, "cancel running rp")?;
+    h.advance(Duration::from_secs(61));
+    assert_eq!(must(h.broker.reap_expired().await, "reap")?, 1, "reap must handle rp only");
+    let rp = h.get("rp").await;
+    expect_canceled(&rp, "canceled", h);
+    assert_eq!(rp.lease_lost, 0, "rp: a reaped cancel must not count a lost lease");
+    expect_canceled(&h.get("rp-child").await, "parent rp canceled", h);
+    h.expect_blocked(&["q-rp"]).await;
+    Ok(())
 }

@@ -1,27 +1,208 @@
-//! Worker outcomes and lease tokens: ack, fail, requeue, stale and illegal writes (contract §3.3, §4).
+//! What a worker reports: ack, the three failure kinds, stale tokens, requeue, illegal
+//! transitions (contract §3.3, §3.4, §4).
 
-use crate::{CaseResult, Factory};
+use std::time::Duration;
 
-/// Not written yet.
+use taskgate::{Broker, ErrorKind, Failure, Status, Task};
+
+use super::basics::{expect_kind, must};
+use crate::{task, CaseResult, Factory, Harness};
+
+/// Given `throttled_max = 3`, when `ok` is acked, `biz` (max_retry 2) fails three times with a
+/// business failure, `skip` is skipped and `thr` is throttled three times, then: `ok` is
+/// completed with its result and started_at/finished_at = now; `biz` retries at the given
+/// time with attempts 1, 2 and fails on the third with attempts 3; `skip` fails with all
+/// counters 0; `thr` retries twice (attempts 0) and fails with "throttled 3 times".
 pub async fn c06_ack_fail(factory: &dyn Factory) -> CaseResult {
-    let _ = factory;
-    Err("case c06_ack_fail is not written yet".into())
+    let h = Harness::with_options(factory, |o| o.throttled_max = 3).await?;
+    check_ack(&h).await?;
+    check_business(&h).await?;
+    check_skip(&h).await?;
+    check_throttled(&h).await?;
+    h.finish().await
 }
 
-/// Not written yet.
+async fn check_ack(h: &Harness) -> CaseResult {
+    h.enqueue(task("ok", "llm", "q-ok")).await;
+    let claimed = h.dequeue(&["q-ok"]).await;
+    assert_eq!(claimed.id, "ok", "claim from q-ok returned the wrong task");
+    assert_eq!(claimed.started_at, Some(h.now()), "ok: the claim must set started_at = now");
+    let answer = br#"{"answer":42}"#.to_vec();
+    must(h.broker.ack("ok", &claimed.lease_token, Some(answer.clone())).await, "ack ok")?;
+    let done = h.get("ok").await;
+    assert_eq!(done.status, Status::Completed, "ok: status after ack");
+    assert_eq!(done.result, Some(answer), "ok: result after ack");
+    assert_eq!(done.started_at, Some(h.now()), "ok: started_at after ack");
+    assert_eq!(done.finished_at, Some(h.now()), "ok: finished_at after ack");
+    assert!(done.lease_token.is_empty(), "ok: the token must be cleared by ack");
+    Ok(())
+}
+
+async fn check_business(h: &Harness) -> CaseResult {
+    h.enqueue(task("biz", "llm", "q-biz").with_max_retry(2)).await;
+    for i in 1..=3u32 {
+        let claimed = h.dequeue(&["q-biz"]).await;
+        assert_eq!(claimed.id, "biz", "round {i}: claim from q-biz returned the wrong task");
+        let retry_at = h.now().saturating_add(Duration::from_secs(1));
+        let failure = Failure::business(format!("boom {i}"), retry_at);
+        must(h.broker.fail("biz", &claimed.lease_token, failure).await, &format!("fail biz {i}"))?;
+        let got = h.get("biz").await;
+        assert_eq!(got.attempts, i, "biz round {i}: attempts");
+        assert_eq!(got.last_error, format!("boom {i}"), "biz round {i}: last_error");
+        assert!(got.lease_token.is_empty(), "biz round {i}: the token must be cleared");
+        if i < 3 {
+            assert_eq!(got.status, Status::Retrying, "biz round {i}: status");
+            assert_eq!(got.run_at, retry_at, "biz round {i}: run_at must be the retry time");
+            h.advance(Duration::from_secs(1));
+        } else {
+            assert_eq!(got.status, Status::Failed, "biz round 3: retries exhausted");
+            assert_eq!(got.finished_at, Some(h.now()), "biz round 3: finished_at");
+        }
+    }
+    Ok(())
+}
+
+async fn check_skip(h: &Harness) -> CaseResult {
+    h.enqueue(task("skip", "llm", "q-skip")).await;
+    let claimed = h.dequeue(&["q-skip"]).await;
+    assert_eq!(claimed.id, "skip", "claim from q-skip returned the wrong task");
+    must(
+        h.broker.fail("skip", &claimed.lease_token, Failure::skip("no rescue")).await,
+        "fail skip",
+    )?;
+    let got = h.get("skip").await;
+    assert_eq!(got.status, Status::Failed, "skip: a skip failure is final");
+    assert_eq!((got.attempts, got.lease_lost, got.throttled), (0, 0, 0), "skip: counters");
+    assert_eq!(got.last_error, "no rescue", "skip: last_error");
+    assert_eq!(got.finished_at, Some(h.now()), "skip: finished_at");
+    Ok(())
+}
+
+async fn check_throttled(h: &Harness) -> CaseResult {
+    h.enqueue(task("thr", "llm", "q-thr")).await;
+    for i in 1..=3u32 {
+        let claimed = h.dequeue(&["q-thr"]).await;
+        assert_eq!(claimed.id, "thr", "round {i}: claim from q-thr returned the wrong task");
+        let retry_at = h.now().saturating_add(Duration::from_secs(1));
+        let failure = Failure::throttled("429 from gateway", retry_at);
+        must(h.broker.fail("thr", &claimed.lease_token, failure).await, &format!("fail thr {i}"))?;
+        let got = h.get("thr").await;
+        assert_eq!(got.throttled, i, "thr round {i}: throttled");
+        assert_eq!(got.attempts, 0, "thr round {i}: a throttle must not count as an attempt");
+        if i < 3 {
+            assert_eq!(got.status, Status::Retrying, "thr round {i}: status");
+            assert_eq!(got.run_at, retry_at, "thr round {i}: run_at must be the retry time");
+            assert_eq!(got.last_error, "429 from gateway", "thr round {i}: last_error");
+            h.advance(Duration::from_secs(1));
+        } else {
+            assert_eq!(got.status, Status::Failed, "thr round 3: throttle cap reached");
+            assert_eq!(got.last_error, "throttled 3 times", "thr round 3: last_error");
+            assert_eq!(got.finished_at, Some(h.now()), "thr round 3: finished_at");
+        }
+    }
+    Ok(())
+}
+
+/// The five token-checked calls, each with `token`: ack, fail (business), heartbeat, requeue,
+/// finish_canceled. Asserts every one fails with `LeaseLost`.
+async fn expect_five_lease_lost(
+    broker: &dyn Broker,
+    id: &str,
+    token: &str,
+    retry_at: taskgate::Timestamp,
+) {
+    let step = |call: &str| format!("{call} {id} with token {token:?}");
+    expect_kind(broker.ack(id, token, None).await, ErrorKind::LeaseLost, &step("ack"));
+    let failure = Failure::business("stale", retry_at);
+    expect_kind(broker.fail(id, token, failure).await, ErrorKind::LeaseLost, &step("fail"));
+    expect_kind(broker.heartbeat(id, token).await, ErrorKind::LeaseLost, &step("heartbeat"));
+    expect_kind(broker.requeue(id, token).await, ErrorKind::LeaseLost, &step("requeue"));
+    let finish = broker.finish_canceled(id, token).await;
+    expect_kind(finish, ErrorKind::LeaseLost, &step("finish_canceled"));
+}
+
+/// Given `st` claimed, reaped after its lease expired and claimed again, when the five
+/// token-checked calls present the old token they all fail with `LeaseLost` (the new token
+/// differs and then acks fine); given a never-claimed `st-idle`, the five calls with an empty
+/// token fail with `LeaseLost` and it stays `pending`.
 pub async fn c08_stale_token(factory: &dyn Factory) -> CaseResult {
-    let _ = factory;
-    Err("case c08_stale_token is not written yet".into())
+    let h = Harness::new(factory).await?;
+    h.enqueue(task("st", "llm", "q")).await;
+    let old = h.dequeue(&["q"]).await;
+    h.advance(Duration::from_secs(61));
+    assert_eq!(must(h.broker.reap_expired().await, "reap")?, 1, "reap must handle st's lease");
+    let new = h.dequeue(&["q"]).await;
+    assert_eq!(new.id, "st", "the re-claim must return st");
+    assert_ne!(new.lease_token, old.lease_token, "st: the re-claim must issue a new token");
+    expect_five_lease_lost(&*h.broker, "st", &old.lease_token, h.now()).await;
+    assert_eq!(h.get("st").await.status, Status::Running, "st: stale calls changed it");
+    must(h.broker.ack("st", &new.lease_token, None).await, "ack st with the new token")?;
+    assert_eq!(h.get("st").await.status, Status::Completed, "st: ack with the new token");
+
+    h.enqueue(task("st-idle", "llm", "q-idle")).await;
+    expect_five_lease_lost(&*h.broker, "st-idle", "", h.now()).await;
+    assert_eq!(h.get("st-idle").await.status, Status::Pending, "st-idle: must stay pending");
+    h.finish().await
 }
 
-/// Not written yet.
+/// Given `rq` (max_retry 3) failed once and claimed again, with a cancel requested while it
+/// runs, when it is requeued then it is `pending` with attempts, lease_lost, throttled and
+/// run_at unchanged, no token and the cancel request cleared (a new claim heartbeats fine).
 pub async fn c15_requeue_no_count(factory: &dyn Factory) -> CaseResult {
-    let _ = factory;
-    Err("case c15_requeue_no_count is not written yet".into())
+    let h = Harness::new(factory).await?;
+    h.enqueue(task("rq", "llm", "q").with_max_retry(3)).await;
+    let first = h.dequeue(&["q"]).await;
+    let retry_at = h.now().saturating_add(Duration::from_secs(1));
+    must(
+        h.broker.fail("rq", &first.lease_token, Failure::business("once", retry_at)).await,
+        "fail rq",
+    )?;
+    h.advance(Duration::from_secs(1));
+    let claimed = h.dequeue(&["q"]).await;
+    assert_eq!(claimed.id, "rq", "the re-claim must return rq");
+    let before = h.get("rq").await;
+
+    must(h.broker.cancel("rq").await, "cancel running rq")?;
+    let flagged = h.get("rq").await;
+    assert_eq!(flagged.status, Status::Running, "rq: cancel of a running task keeps it running");
+    assert!(flagged.cancel_requested, "rq: cancel of a running task must set cancel_requested");
+    must(h.broker.requeue("rq", &claimed.lease_token).await, "requeue rq")?;
+    check_requeued(&h.get("rq").await, &before);
+
+    let again = h.dequeue(&["q"]).await;
+    assert_eq!(again.id, "rq", "the claim after requeue must return rq");
+    must(h.broker.heartbeat("rq", &again.lease_token).await, "heartbeat rq after requeue")?;
+    h.finish().await
 }
 
-/// Not written yet.
+fn check_requeued(got: &Task, before: &Task) {
+    assert_eq!(got.status, Status::Pending, "rq: status after requeue");
+    assert_eq!(got.attempts, before.attempts, "rq: requeue changed attempts");
+    assert_eq!(got.lease_lost, before.lease_lost, "rq: requeue changed lease_lost");
+    assert_eq!(got.throttled, before.throttled, "rq: requeue changed throttled");
+    assert_eq!(got.run_at, before.run_at, "rq: requeue changed run_at");
+    assert!(got.lease_token.is_empty(), "rq: requeue must clear the token");
+    assert!(!got.cancel_requested, "rq: requeue must clear cancel_requested");
+}
+
+/// Given `fin` completed, the five token-checked calls with its last token fail with
+/// `LeaseLost` and cancel with `AlreadyFinal`, and it stays completed; given a pending `idle`,
+/// the five calls with token "no-such-token" fail with `LeaseLost` and it stays pending; get,
+/// cancel and ack of the unknown `ghost` fail with `NotFound`.
 pub async fn c16_illegal_transition(factory: &dyn Factory) -> CaseResult {
-    let _ = factory;
-    Err("case c16_illegal_transition is not written yet".into())
+    let h = Harness::new(factory).await?;
+    h.enqueue(task("fin", "llm", "q")).await;
+    let claimed = h.ack_by_id("q", "fin").await;
+    expect_five_lease_lost(&*h.broker, "fin", &claimed.lease_token, h.now()).await;
+    expect_kind(h.broker.cancel("fin").await, ErrorKind::AlreadyFinal, "cancel completed fin");
+    assert_eq!(h.get("fin").await.status, Status::Completed, "fin: must stay completed");
+
+    h.enqueue(task("idle", "llm", "q2")).await;
+    expect_five_lease_lost(&*h.broker, "idle", "no-such-token", h.now()).await;
+    assert_eq!(h.get("idle").await.status, Status::Pending, "idle: must stay pending");
+
+    expect_kind(h.broker.get("ghost").await, ErrorKind::NotFound, "get ghost");
+    expect_kind(h.broker.cancel("ghost").await, ErrorKind::NotFound, "cancel ghost");
+    expect_kind(h.broker.ack("ghost", "any-token", None).await, ErrorKind::NotFound, "ack ghost");
+    h.finish().await
 }
