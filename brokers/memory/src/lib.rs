@@ -1,41 +1,162 @@
-//! In-memory taskgate broker (skeleton; being written).
+//! In-memory taskgate broker: the whole contract in one process, and its semantic reference.
+//!
+//! [`MemoryBroker`] keeps every task in a map under one mutex; each operation is one critical
+//! section (the contract's "atomic unit"). Claims come from per-queue `(run_at, id)` indexes,
+//! so claiming costs O(log n) whatever the number of finished tasks. Blocked claimers are woken
+//! in-process by every write that makes a task claimable, and wait for delayed tasks on the
+//! broker's clock. Notify snapshots are published after the lock is released.
+//!
+//! Nothing is persisted: the store lives as long as a handle on it. [`MemoryBroker::handle`]
+//! opens a second handle on the same store (for several components, or race tests), each with
+//! its own options and lifecycle.
+//!
+//! ```
+//! use taskgate::{Broker, BrokerOptions, Status, Task};
+//! use taskgate_memory::MemoryBroker;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let broker = MemoryBroker::new();
+//! broker.init(BrokerOptions::default()).await?;
+//!
+//! let parent = broker.enqueue(&Task::new("fetch", "io")).await?;
+//! let child = broker.enqueue(&Task::new("parse", "cpu").with_depends_on([&parent.id])).await?;
+//! assert_eq!(child.status, Status::Blocked);
+//!
+//! let claimed = broker.dequeue(&["io"]).await?;
+//! broker.ack(&claimed.id, &claimed.lease_token, Some(b"{\"ok\":true}".to_vec())).await?;
+//! assert_eq!(broker.get(&child.id).await?.status, Status::Pending);
+//!
+//! broker.close().await?;
+//! # Ok::<(), taskgate::Error>(())
+//! # }).unwrap();
+//! ```
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
-use taskgate::{
-    AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest, ReplayRequest,
-    Result, Step, Task,
-};
+mod claim;
+mod enqueue;
+mod identity;
+mod ops;
+mod propagate;
+mod prune;
+mod query;
+mod quota;
+mod reap;
+mod state;
+mod txn;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
-const NAME: &str = "memory";
+use std::fmt;
+use std::sync::Arc;
 
-fn not_yet<T>() -> Result<T> {
-    Err(Error::backend(NAME, "not yet"))
+use async_trait::async_trait;
+use taskgate::validate::{
+    validate_bytes, validate_id, validate_name, validate_queue, validate_queues, validate_step,
+    validate_tasks,
+};
+use taskgate::wake::{wait_for_work, Lifecycle, Probe};
+use taskgate::{
+    AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest, QuotaConfig,
+    QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task,
+};
+
+use crate::prune::{prune_statuses, Rules};
+use crate::state::State;
+use crate::txn::{Store, Txn};
+
+/// The backend's name in errors and reports.
+pub(crate) const NAME: &str = "memory";
+
+/// One handle's own part: its lifecycle (options, closed flag) and the store it opens.
+#[derive(Debug, Default)]
+pub(crate) struct Handle {
+    /// Not initialised / ready with options / closed.
+    pub(crate) life: Lifecycle,
+    /// The storage shared with every other handle on it.
+    pub(crate) store: Arc<Store>,
 }
 
-#[derive(Debug, Default)]
-struct Shared;
-
-/// An in-memory broker handle.
-#[derive(Debug, Clone, Default)]
+/// A handle on an in-memory task store, implementing [`Broker`].
+///
+/// [`MemoryBroker::new`] creates an empty store; [`MemoryBroker::handle`] opens another handle
+/// on the same store. Every handle must be [`init`](Broker::init)ialised before use and can be
+/// closed on its own.
+#[derive(Default)]
 pub struct MemoryBroker {
-    shared: Arc<Shared>,
+    inner: Arc<Handle>,
+}
+
+impl fmt::Debug for MemoryBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBroker").field("closed", &self.inner.life.is_closed()).finish()
+    }
 }
 
 impl MemoryBroker {
-    /// A new, empty, uninitialised store and a handle on it.
+    /// A new, empty store and an uninitialised handle on it.
     pub fn new() -> Self {
         MemoryBroker::default()
     }
 
-    /// A second handle on the same storage.
+    /// A second, uninitialised handle on the same store and the same in-process wake-ups,
+    /// with its own options and lifecycle: closing one handle does not close the other.
     pub fn handle(&self) -> MemoryBroker {
-        MemoryBroker { shared: self.shared.clone() }
+        let inner = Handle { life: Lifecycle::new(), store: self.inner.store.clone() };
+        MemoryBroker { inner: Arc::new(inner) }
     }
+
+    /// Runs `f` as one atomic unit with this handle's options.
+    fn write<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<R>) -> Result<R> {
+        let opts = self.inner.life.options()?;
+        self.inner.store.write(&opts, f)?
+    }
+
+    /// Runs a read under the lock, after the lifecycle check.
+    fn read<R>(&self, f: impl FnOnce(&State) -> R) -> Result<R> {
+        self.inner.life.options()?;
+        let state = self.inner.store.lock()?;
+        Ok(f(&state))
+    }
+
+    /// One claim attempt of a waiting dequeue: claims synchronously, so a dropped future never
+    /// strands a task (§E0).
+    fn probe(&self, queues: &[&str], max: usize) -> Result<Probe> {
+        self.write(|txn| {
+            let claimed = txn.claim(queues, max)?;
+            if claimed.is_empty() {
+                Ok(Probe::Idle { next_due_in: txn.next_due(queues) })
+            } else {
+                Ok(Probe::Claimed(claimed))
+            }
+        })
+    }
+}
+
+/// Checks a claim's arguments: at least one valid queue, `max` positive.
+fn check_claim(queues: &[&str], max: usize) -> Result<()> {
+    validate_queues(queues)?;
+    if max == 0 {
+        return Err(Error::invalid("max", "must be at least 1"));
+    }
+    Ok(())
+}
+
+/// Checks a replay request's shape: exactly one of ID and key, valid names, payload size.
+fn check_replay_request(
+    request: &ReplayRequest,
+    limits: &taskgate::validate::Limits,
+) -> Result<()> {
+    match (request.execution_id.is_empty(), request.business_key.is_empty()) {
+        (false, true) => validate_id(&request.execution_id)?,
+        (true, false) => validate_name("business_key", &request.business_key, false)?,
+        _ => {
+            return Err(Error::invalid(
+                "execution_id",
+                "set exactly one of execution_id and business_key",
+            ))
+        }
+    }
+    validate_bytes("payload", request.payload.as_deref(), limits)
 }
 
 #[async_trait]
@@ -43,79 +164,182 @@ impl Broker for MemoryBroker {
     fn backend(&self) -> &'static str {
         NAME
     }
-    async fn init(&self, _options: BrokerOptions) -> Result<()> {
-        not_yet()
+
+    async fn init(&self, options: BrokerOptions) -> Result<()> {
+        self.inner.life.init(options.resolve())
     }
+
     async fn close(&self) -> Result<()> {
-        not_yet()
+        self.inner.life.close();
+        Ok(())
     }
-    async fn enqueue(&self, _task: &Task) -> Result<Task> {
-        not_yet()
+
+    async fn enqueue(&self, task: &Task) -> Result<Task> {
+        let mut stored = self.enqueue_many(std::slice::from_ref(task)).await?;
+        stored.pop().ok_or_else(|| Error::backend(NAME, "enqueue stored no task"))
     }
-    async fn enqueue_many(&self, _tasks: &[Task]) -> Result<Vec<Task>> {
-        not_yet()
+
+    async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {
+        let limits = self.inner.life.options()?.limits;
+        validate_tasks(tasks, &limits)?;
+        self.write(|txn| txn.enqueue_batch(tasks))
     }
-    async fn try_dequeue_many(&self, _queues: &[&str], _max: usize) -> Result<Vec<Task>> {
-        not_yet()
+
+    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+        self.inner.life.options()?;
+        check_claim(queues, max)?;
+        self.write(|txn| txn.claim(queues, max))
     }
-    async fn dequeue_many(&self, _queues: &[&str], _max: usize) -> Result<Vec<Task>> {
-        not_yet()
+
+    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+        let clock = self.inner.life.options()?.clock.clone();
+        check_claim(queues, max)?;
+        let hub = &self.inner.store.hub;
+        let probe = || std::future::ready(self.probe(queues, max));
+        wait_for_work(hub, &self.inner.life, &*clock, None, probe).await
     }
-    async fn ack(&self, _id: &str, _token: &str, _result: Option<Vec<u8>>) -> Result<()> {
-        not_yet()
+
+    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
+        let limits = self.inner.life.options()?.limits;
+        validate_id(id)?;
+        validate_bytes("result", result.as_deref(), &limits)?;
+        self.write(|txn| txn.ack(id, token, result))
     }
-    async fn ack_many(&self, _items: &[AckItem]) -> Result<Vec<Result<()>>> {
-        not_yet()
+
+    async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {
+        self.write(|txn| Ok(txn.ack_many(items)))
     }
-    async fn fail(&self, _id: &str, _token: &str, _failure: Failure) -> Result<()> {
-        not_yet()
+
+    async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {
+        self.inner.life.options()?;
+        validate_id(id)?;
+        self.write(|txn| txn.fail(id, token, &failure))
     }
-    async fn cancel(&self, _id: &str) -> Result<()> {
-        not_yet()
+
+    async fn cancel(&self, id: &str) -> Result<()> {
+        self.inner.life.options()?;
+        validate_id(id)?;
+        self.write(|txn| txn.cancel(id))
     }
-    async fn finish_canceled(&self, _id: &str, _token: &str) -> Result<()> {
-        not_yet()
+
+    async fn finish_canceled(&self, id: &str, token: &str) -> Result<()> {
+        self.inner.life.options()?;
+        validate_id(id)?;
+        self.write(|txn| txn.finish_canceled(id, token))
     }
-    async fn requeue(&self, _id: &str, _token: &str) -> Result<()> {
-        not_yet()
+
+    async fn requeue(&self, id: &str, token: &str) -> Result<()> {
+        self.inner.life.options()?;
+        validate_id(id)?;
+        self.write(|txn| txn.requeue(id, token))
     }
-    async fn heartbeat(&self, _id: &str, _token: &str) -> Result<()> {
-        not_yet()
+
+    async fn heartbeat(&self, id: &str, token: &str) -> Result<()> {
+        self.inner.life.options()?;
+        validate_id(id)?;
+        self.write(|txn| txn.heartbeat(id, token))
     }
-    async fn save_step(&self, _id: &str, _token: &str, _step: Step) -> Result<()> {
-        not_yet()
+
+    async fn save_step(&self, id: &str, token: &str, step: Step) -> Result<()> {
+        let limits = self.inner.life.options()?.limits;
+        validate_id(id)?;
+        validate_step(&step, &limits)?;
+        self.write(|txn| txn.save_step(id, token, step))
     }
-    async fn get(&self, _id: &str) -> Result<Task> {
-        not_yet()
+
+    async fn get(&self, id: &str) -> Result<Task> {
+        self.inner.life.options()?;
+        validate_id(id)?;
+        self.read(|state| state.get(id))?
     }
-    async fn replay(&self, _request: ReplayRequest) -> Result<Task> {
-        not_yet()
+
+    async fn replay(&self, request: ReplayRequest) -> Result<Task> {
+        let limits = self.inner.life.options()?.limits;
+        check_replay_request(&request, &limits)?;
+        self.write(|txn| txn.replay(&request))
     }
-    async fn resume(&self, _id: &str) -> Result<Task> {
-        not_yet()
+
+    async fn resume(&self, id: &str) -> Result<Task> {
+        self.inner.life.options()?;
+        validate_id(id)?;
+        self.write(|txn| txn.resume(id))
     }
-    async fn list(&self, _filter: &Filter) -> Result<Vec<Task>> {
-        not_yet()
+
+    async fn list(&self, filter: &Filter) -> Result<Vec<Task>> {
+        self.read(|state| state.list(filter))
     }
-    async fn queue_len(&self, _queue: &str) -> Result<u64> {
-        not_yet()
+
+    async fn queue_len(&self, queue: &str) -> Result<u64> {
+        self.inner.life.options()?;
+        validate_queue(queue)?;
+        self.read(|state| state.queue_len(queue))
     }
+
     async fn counts(&self) -> Result<Counts> {
-        not_yet()
+        self.read(State::counts)
     }
+
     async fn reap_expired(&self) -> Result<u64> {
-        not_yet()
+        self.write(|txn| txn.reap())
     }
-    async fn pause_queue(&self, _queue: &str) -> Result<()> {
-        not_yet()
+
+    async fn pause_queue(&self, queue: &str) -> Result<()> {
+        self.inner.life.options()?;
+        validate_queue(queue)?;
+        self.write(|txn| {
+            txn.state.paused.insert(queue.to_owned());
+            Ok(())
+        })
     }
-    async fn resume_queue(&self, _queue: &str) -> Result<()> {
-        not_yet()
+
+    async fn resume_queue(&self, queue: &str) -> Result<()> {
+        self.inner.life.options()?;
+        validate_queue(queue)?;
+        self.write(|txn| {
+            if txn.state.paused.remove(queue) {
+                txn.wake_waiters();
+            }
+            Ok(())
+        })
     }
+
     async fn paused_queues(&self) -> Result<Vec<String>> {
-        not_yet()
+        self.read(|state| state.paused.iter().cloned().collect())
     }
-    async fn prune(&self, _request: PruneRequest) -> Result<u64> {
-        not_yet()
+
+    async fn prune(&self, request: PruneRequest) -> Result<u64> {
+        let opts = self.inner.life.options()?;
+        let rules = Rules {
+            before: request.finished_before,
+            statuses: prune_statuses(&request)?,
+            include_keyed: request.include_keyed,
+        };
+        let mut units = self.read(|state| state.prune_units(&rules))?.into_iter().peekable();
+        let mut left = if request.limit == 0 { usize::MAX } else { request.limit };
+        let mut total = 0usize;
+        while left > 0 && units.peek().is_some() {
+            self.inner.life.options()?;
+            let deleted = self.inner.store.lock()?.prune_batch(&mut units, &rules, left);
+            total += deleted;
+            left -= deleted;
+        }
+        self.inner.store.lock()?.prune_quota(opts.clock.now_ms().as_secs());
+        Ok(u64::try_from(total).unwrap_or(u64::MAX))
+    }
+
+    fn quota_provider(&self) -> Option<&dyn QuotaProvider> {
+        Some(self)
+    }
+}
+
+impl QuotaProvider for MemoryBroker {
+    fn queue_quota(&self, queue: &str, config: &QuotaConfig) -> Result<Arc<dyn QuotaGate>> {
+        let (key, period) = config.resolve(queue)?;
+        Ok(Arc::new(quota::MemoryQuotaGate {
+            handle: self.inner.clone(),
+            key,
+            period,
+            limit: config.limit,
+        }))
     }
 }

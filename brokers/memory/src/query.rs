@@ -1,0 +1,51 @@
+//! The read-only queries (contract §7): get, list in `(created_at, id)` order, queue length
+//! and counts. Every result is a deep copy.
+
+use taskgate::{Counts, Error, Filter, Result, Task};
+
+use crate::state::State;
+
+impl State {
+    /// A deep copy of one task.
+    pub(crate) fn get(&self, id: &str) -> Result<Task> {
+        self.tasks.get(id).map(|e| e.task.clone()).ok_or_else(|| Error::not_found(id))
+    }
+
+    /// Tasks matching `filter`, in `(created_at, id)` order, then offset and limit.
+    pub(crate) fn list(&self, filter: &Filter) -> Vec<Task> {
+        let limit = if filter.limit == 0 { usize::MAX } else { filter.limit };
+        let page = |tasks: &mut dyn Iterator<Item = &Task>| -> Vec<Task> {
+            tasks.filter(|t| filter.matches(t)).skip(filter.offset).take(limit).cloned().collect()
+        };
+        if filter.business_key.is_empty() {
+            let mut all =
+                self.created.iter().filter_map(|(_, id)| self.tasks.get(id)).map(|e| &e.task);
+            return page(&mut all);
+        }
+        let mut chain: Vec<&Task> = self
+            .chains
+            .get(&filter.business_key)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.tasks.get(id).map(|e| &e.task))
+            .collect();
+        chain.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        page(&mut chain.into_iter())
+    }
+
+    /// Pending and retrying tasks of `queue`, delayed ones included.
+    pub(crate) fn queue_len(&self, queue: &str) -> u64 {
+        let len = self.index.claimable.get(queue).map_or(0, |set| set.len());
+        u64::try_from(len).unwrap_or(u64::MAX)
+    }
+
+    /// Task counts by type, then status; only existing combinations.
+    pub(crate) fn counts(&self) -> Counts {
+        let mut counts = Counts::new();
+        for entry in self.tasks.values() {
+            let by_status = counts.entry(entry.task.task_type.clone()).or_default();
+            *by_status.entry(entry.task.status).or_default() += 1;
+        }
+        counts
+    }
+}

@@ -1,0 +1,161 @@
+//! The stored data of one in-memory store: tasks with their internal fields, and the indexes
+//! that keep claiming, reaping and listing from scanning every task.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use taskgate::{Status, Task};
+
+/// One dependency edge `(child, parent, done)`, kept on the child (contract §1.1).
+#[derive(Debug, Clone)]
+pub(crate) struct Edge {
+    /// The parent's ID.
+    pub(crate) parent: Arc<str>,
+    /// Propagation from this parent already ran for this child.
+    pub(crate) done: bool,
+}
+
+/// A stored task and the internal fields that never appear on [`Task`].
+#[derive(Debug)]
+pub(crate) struct Entry {
+    /// The task's ID, shared with the map key and the indexes.
+    pub(crate) key: Arc<str>,
+    /// The task record as callers see it (deep-copied out).
+    pub(crate) task: Task,
+    /// Lease deadline in unix ms; 0 = none.
+    pub(crate) lease_until: i64,
+    /// Distinct parents not yet satisfied.
+    pub(crate) pending_parents: u32,
+    /// One edge per distinct parent, in `depends_on` order.
+    pub(crate) parents: Vec<Edge>,
+    /// The distinct children that depend on this task, in enqueue order.
+    pub(crate) children: Vec<Arc<str>>,
+}
+
+impl Entry {
+    /// Clears the lease: no token, no deadline.
+    pub(crate) fn release_lease(&mut self) {
+        self.task.lease_token.clear();
+        self.lease_until = 0;
+    }
+}
+
+/// Claim keys of one queue: `(run_at ms, id)` of its pending and retrying tasks.
+pub(crate) type ClaimSet = BTreeSet<(i64, Arc<str>)>;
+
+/// The secondary indexes. Only [`Index::add`] and [`Index::remove`] touch them, always around
+/// a status or `run_at` change ([`crate::txn::Txn::move_task`]).
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    /// Per queue, its claimable (pending/retrying) tasks ordered by `(run_at, id)`.
+    pub(crate) claimable: HashMap<String, ClaimSet>,
+    /// Running tasks by ID (the reaper's candidates).
+    pub(crate) running: BTreeSet<Arc<str>>,
+    /// Blocked tasks by ID (defensive repair's candidates).
+    pub(crate) blocked: BTreeSet<Arc<str>>,
+}
+
+impl Index {
+    /// Indexes `task` under its status; true when it became claimable.
+    pub(crate) fn add(&mut self, key: &Arc<str>, task: &Task) -> bool {
+        match task.status {
+            Status::Pending | Status::Retrying => {
+                let claim = (task.run_at.as_millis(), key.clone());
+                match self.claimable.get_mut(task.queue.as_str()) {
+                    Some(set) => {
+                        set.insert(claim);
+                    }
+                    None => {
+                        self.claimable.insert(task.queue.clone(), BTreeSet::from([claim]));
+                    }
+                }
+                true
+            }
+            Status::Running => {
+                self.running.insert(key.clone());
+                false
+            }
+            Status::Blocked => {
+                self.blocked.insert(key.clone());
+                false
+            }
+            Status::Completed | Status::Failed | Status::Canceled => false,
+        }
+    }
+
+    /// Removes `task` from the index of its current status.
+    pub(crate) fn remove(&mut self, key: &Arc<str>, task: &Task) {
+        match task.status {
+            Status::Pending | Status::Retrying => {
+                if let Some(set) = self.claimable.get_mut(task.queue.as_str()) {
+                    set.remove(&(task.run_at.as_millis(), key.clone()));
+                }
+            }
+            Status::Running => {
+                self.running.remove(key);
+            }
+            Status::Blocked => {
+                self.blocked.remove(key);
+            }
+            Status::Completed | Status::Failed | Status::Canceled => {}
+        }
+    }
+}
+
+/// Quota windows of one budget key (contract §9.5, memory form).
+#[derive(Debug, Default)]
+pub(crate) struct QuotaWindows {
+    /// The budget's period in seconds (the last one a gate used).
+    pub(crate) period: i64,
+    /// Window start (unix seconds) → units used.
+    pub(crate) used: BTreeMap<i64, u32>,
+}
+
+/// Everything one store holds, guarded by the store's mutex.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// Every task by ID.
+    pub(crate) tasks: HashMap<Arc<str>, Entry>,
+    /// Claim, reap and repair indexes.
+    pub(crate) index: Index,
+    /// List order: `(created_at ms, id)` of every task.
+    pub(crate) created: BTreeSet<(i64, Arc<str>)>,
+    /// Business key → its executions in chain order (head first, tail last).
+    pub(crate) chains: HashMap<String, Vec<Arc<str>>>,
+    /// IDs of executions that have been replayed.
+    pub(crate) replayed: HashSet<Arc<str>>,
+    /// Paused queues (§E4).
+    pub(crate) paused: BTreeSet<String>,
+    /// Quota counters: key → windows.
+    pub(crate) quota: HashMap<String, QuotaWindows>,
+}
+
+impl State {
+    /// The stored status of `id`, if it exists.
+    pub(crate) fn status_of(&self, id: &str) -> Option<Status> {
+        self.tasks.get(id).map(|e| e.task.status)
+    }
+
+    /// The chain tail of `key`, if the key has executions.
+    pub(crate) fn chain_tail(&self, key: &str) -> Option<&Entry> {
+        self.chains.get(key).and_then(|chain| chain.last()).and_then(|id| self.tasks.get(id))
+    }
+
+    /// Inserts a new entry and indexes it; true when it is claimable at once.
+    pub(crate) fn insert(&mut self, entry: Entry) -> bool {
+        let key = entry.key.clone();
+        for edge in &entry.parents {
+            if let Some(parent) = self.tasks.get_mut(&edge.parent) {
+                parent.children.push(key.clone());
+            }
+        }
+        if !entry.task.business_key.is_empty() {
+            let chain = self.chains.entry(entry.task.business_key.clone()).or_default();
+            chain.push(key.clone());
+        }
+        self.created.insert((entry.task.created_at.as_millis(), key.clone()));
+        let claimable = self.index.add(&key, &entry.task);
+        self.tasks.insert(key, entry);
+        claimable
+    }
+}
