@@ -34,7 +34,8 @@ pub async fn c19_replay_basic(factory: &dyn Factory) -> CaseResult {
     fail_e2_twice(&h, &e2.id).await;
     h.advance(SECOND);
     let e2 = h.get(&e2.id).await;
-    let e3 = h.broker.replay(ReplayRequest::by_id(&e2.id).with_payload(&br#"{"fix":true}"#[..])).await?;
+    let e3 =
+        h.broker.replay(ReplayRequest::by_id(&e2.id).with_payload(&br#"{"fix":true}"#[..])).await?;
     check_fresh_replay(&h, &e3, &e2, Some(br#"{"fix":true}"#));
     assert_eq!(h.get(&e2.id).await, e2, "replay wrote to its target E2");
     h.finish().await

@@ -29,7 +29,7 @@ pub async fn c17_notify(factory: &dyn Factory) -> CaseResult {
     let claimed = h.dequeue(&["q"]).await;
     assert_eq!(claimed.id, "nt", "claim from q returned the wrong task");
     h.broker.ack("nt", &claimed.lease_token, Some(br#""done""#.to_vec())).await?;
-    let wanted: [(&str, fn(&Task) -> bool); 3] =
+    let wanted: [Wanted; 3] =
         [("pending", is_pending), ("running", is_running), ("completed", is_completed)];
     wait_for_all(&seen, &wanted).await;
     let nt2 = h.enqueue(task("nt2", "llm", "q")).await;
@@ -37,6 +37,9 @@ pub async fn c17_notify(factory: &dyn Factory) -> CaseResult {
     assert_eq!(h.get("nt2").await.status, Status::Pending, "nt2 read back");
     h.finish().await
 }
+
+/// A snapshot the collector must see: its name and how to recognise it.
+type Wanted = (&'static str, fn(&Task) -> bool);
 
 fn is_pending(t: &Task) -> bool {
     t.id == "nt" && t.status == Status::Pending && t.task_type == "llm" && t.queue == "q"
@@ -55,7 +58,7 @@ fn is_completed(t: &Task) -> bool {
 
 /// Polls the collector every 10 ms (real time) until every predicate matched a snapshot, or
 /// fails after 5 s naming what is missing.
-async fn wait_for_all(seen: &Mutex<Vec<Task>>, wanted: &[(&str, fn(&Task) -> bool)]) {
+async fn wait_for_all(seen: &Mutex<Vec<Task>>, wanted: &[Wanted]) {
     let started = Instant::now();
     loop {
         let missing: Vec<&str> = {

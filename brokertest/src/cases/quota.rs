@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskgate::{window_start, Broker, BoxError, QuotaConfig, QuotaGate, Reservation};
+use taskgate::{window_start, BoxError, Broker, QuotaConfig, QuotaGate, Reservation};
 use tokio::sync::Barrier;
 
 use crate::{CaseResult, Factory, Harness, SAFETY_TIMEOUT};
