@@ -12,12 +12,18 @@ use crate::txn::Txn;
 impl Txn<'_> {
     /// Claims up to `max` ready tasks from `queues` in global `(run_at, id)` order.
     pub(crate) fn claim(&mut self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
-        let mut claimed = Vec::new();
+        let mut claimed = Vec::with_capacity(max.min(self.claimable_len(queues)));
         while claimed.len() < max {
             let Some((run_at, key)) = self.next_ready(queues) else { break };
             claimed.push(self.claim_one(&key, Timestamp::from_millis(run_at))?);
         }
         Ok(claimed)
+    }
+
+    /// How many tasks of `queues` are pending or retrying (an upper bound for one claim).
+    fn claimable_len(&self, queues: &[&str]) -> usize {
+        let sets = queues.iter().filter_map(|q| self.state.index.claimable.get(*q));
+        sets.map(|set| set.len()).sum()
     }
 
     /// The first claim key due by now among the unpaused `queues`.

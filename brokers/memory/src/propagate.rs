@@ -16,11 +16,7 @@ type Work = VecDeque<(Arc<str>, Status)>;
 impl Txn<'_> {
     /// Converges the subtree below `root`, which just reached the terminal `status`.
     pub(crate) fn propagate(&mut self, root: &str, status: Status) -> Result<()> {
-        let root = self.entry(root)?;
-        if root.children.is_empty() {
-            return Ok(());
-        }
-        let mut work = Work::from([(root.key.clone(), status)]);
+        let mut work = Work::from([(self.entry(root)?.key.clone(), status)]);
         while let Some((parent, parent_status)) = work.pop_front() {
             self.visit_children(&parent, parent_status, &mut work)?;
         }
@@ -78,8 +74,9 @@ impl Txn<'_> {
             }
             ChildAction::Cancel => {
                 let text = texts::parent_final(parent, status);
-                self.finalize(child, Status::Canceled, Some(text))?;
-                work.push_back((child.clone(), Status::Canceled));
+                if self.finalize(child, Status::Canceled, Some(text))? {
+                    work.push_back((child.clone(), Status::Canceled));
+                }
                 Ok(())
             }
         }

@@ -30,7 +30,9 @@ impl Txn<'_> {
             let entry = self.state.tasks.get(key)?;
             (entry.lease_until < now).then(|| (key.clone(), entry.task.cancel_requested))
         });
-        running.collect()
+        let mut expired: Vec<_> = running.collect();
+        expired.sort_unstable();
+        expired
     }
 
     /// Applies the reap decision to one expired task; false when it no longer runs.

@@ -49,8 +49,8 @@ pub(crate) type ClaimSet = BTreeSet<(i64, Arc<str>)>;
 pub(crate) struct Index {
     /// Per queue, its claimable (pending/retrying) tasks ordered by `(run_at, id)`.
     pub(crate) claimable: HashMap<String, ClaimSet>,
-    /// Running tasks by ID (the reaper's candidates).
-    pub(crate) running: BTreeSet<Arc<str>>,
+    /// Running tasks (the reaper's candidates; it sorts the expired ones by ID).
+    pub(crate) running: HashSet<Arc<str>>,
     /// Blocked tasks by ID (defensive repair's candidates).
     pub(crate) blocked: BTreeSet<Arc<str>>,
 }
@@ -88,7 +88,13 @@ impl Index {
         match task.status {
             Status::Pending | Status::Retrying => {
                 if let Some(set) = self.claimable.get_mut(task.queue.as_str()) {
-                    set.remove(&(task.run_at.as_millis(), key.clone()));
+                    let claim_key = (task.run_at.as_millis(), key.clone());
+                    // A claim takes the head: pop it without searching.
+                    if set.first() == Some(&claim_key) {
+                        set.pop_first();
+                    } else {
+                        set.remove(&claim_key);
+                    }
                 }
             }
             Status::Running => {
@@ -114,8 +120,8 @@ pub(crate) struct QuotaWindows {
 /// Everything one store holds, guarded by the store's mutex.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// Every task by ID.
-    pub(crate) tasks: HashMap<Arc<str>, Entry>,
+    /// Every task by ID (boxed: the table stays small and growing it moves no records).
+    pub(crate) tasks: HashMap<Arc<str>, Box<Entry>>,
     /// Claim, reap and repair indexes.
     pub(crate) index: Index,
     /// List order: `(created_at ms, id)` of every task.
@@ -138,7 +144,11 @@ impl State {
 
     /// The chain tail of `key`, if the key has executions.
     pub(crate) fn chain_tail(&self, key: &str) -> Option<&Entry> {
-        self.chains.get(key).and_then(|chain| chain.last()).and_then(|id| self.tasks.get(id))
+        self.chains
+            .get(key)
+            .and_then(|chain| chain.last())
+            .and_then(|id| self.tasks.get(id))
+            .map(|e| &**e)
     }
 
     /// Inserts a new entry and indexes it; true when it is claimable at once.
@@ -155,7 +165,7 @@ impl State {
         }
         self.created.insert((entry.task.created_at.as_millis(), key.clone()));
         let claimable = self.index.add(&key, &entry.task);
-        self.tasks.insert(key, entry);
+        self.tasks.insert(key, Box::new(entry));
         claimable
     }
 }

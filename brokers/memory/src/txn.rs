@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use taskgate::wake::WakeHub;
 use taskgate::{transition, Error, ResolvedOptions, Result, Status, Timestamp};
 
-use crate::state::{Entry, State};
+use crate::state::{Entry, Index, State};
 use crate::NAME;
 
 /// One in-memory storage: the state under a mutex and the in-process wake-up every handle on
@@ -72,12 +72,12 @@ pub(crate) struct Txn<'a> {
 impl Txn<'_> {
     /// The entry of `id`, or `NotFound`.
     pub(crate) fn entry(&self, id: &str) -> Result<&Entry> {
-        self.state.tasks.get(id).ok_or_else(|| Error::not_found(id))
+        self.state.tasks.get(id).map(|e| &**e).ok_or_else(|| Error::not_found(id))
     }
 
     /// The entry of `id` for writing, or `NotFound`.
     pub(crate) fn entry_mut(&mut self, id: &str) -> Result<&mut Entry> {
-        self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))
+        self.state.tasks.get_mut(id).map(|e| &mut **e).ok_or_else(|| Error::not_found(id))
     }
 
     /// The lease-token check (contract §3.3): missing ⇒ `NotFound`; not running, empty token
@@ -91,15 +91,15 @@ impl Txn<'_> {
         Ok(entry)
     }
 
-    /// The one place a task changes status or `run_at`: checks the transition table, then
-    /// moves the task between indexes.
+    /// Moves a task to status `to` and `run_at` (see [`shift`]).
     pub(crate) fn move_task(
         &mut self,
         id: &str,
         to: Status,
         run_at: Timestamp,
     ) -> Result<&mut Entry> {
-        let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
+        let entry =
+            self.state.tasks.get_mut(id).map(|e| &mut **e).ok_or_else(|| Error::not_found(id))?;
         transition(entry.task.status, to)?;
         self.state.index.remove(&entry.key, &entry.task);
         entry.task.status = to;
@@ -107,6 +107,14 @@ impl Txn<'_> {
         if self.state.index.add(&entry.key, &entry.task) {
             self.wake = true;
         }
+        Ok(entry)
+    }
+
+    /// [`Txn::move_task`] keeping `run_at`.
+    pub(crate) fn move_status(&mut self, id: &str, to: Status) -> Result<&mut Entry> {
+        let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
+        let run_at = entry.task.run_at;
+        shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
         Ok(entry)
     }
 
@@ -120,25 +128,25 @@ impl Txn<'_> {
     }
 
     /// Writes the terminal status `to` with its `last_error` (when given), `finished_at`, no
-    /// lease and no cancel request, and notes the snapshot. No propagation: see
-    /// [`Txn::finish`].
+    /// lease and no cancel request, and notes the snapshot; true when the task has children.
+    /// No propagation: see [`Txn::finish`].
     pub(crate) fn finalize(
         &mut self,
         id: &str,
         to: Status,
         last_error: Option<String>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let now = self.now;
-        let run_at = self.entry(id)?.task.run_at;
-        let entry = self.move_task(id, to, run_at)?;
+        let entry = self.move_status(id, to)?;
         entry.release_lease();
         entry.task.cancel_requested = false;
         entry.task.finished_at = Some(now);
         if let Some(text) = last_error {
             entry.task.last_error = text;
         }
+        let has_children = !entry.children.is_empty();
         self.note(id);
-        Ok(())
+        Ok(has_children)
     }
 
     /// [`Txn::finalize`] and then propagation to the whole affected subtree (contract §5.3).
@@ -148,8 +156,10 @@ impl Txn<'_> {
         to: Status,
         last_error: Option<String>,
     ) -> Result<()> {
-        self.finalize(id, to, last_error)?;
-        self.propagate(id, to)
+        if self.finalize(id, to, last_error)? {
+            self.propagate(id, to)?;
+        }
+        Ok(())
     }
 
     /// Records a deep copy of `id`'s current state for Notify.
@@ -174,4 +184,23 @@ impl Txn<'_> {
         }
         self.note(&key);
     }
+}
+
+/// The one place a task changes status or `run_at`: checks the transition table, then moves
+/// the task between indexes; sets `wake` when it became claimable.
+fn shift(
+    index: &mut Index,
+    entry: &mut Entry,
+    to: Status,
+    run_at: Timestamp,
+    wake: &mut bool,
+) -> Result<()> {
+    transition(entry.task.status, to)?;
+    index.remove(&entry.key, &entry.task);
+    entry.task.status = to;
+    entry.task.run_at = run_at;
+    if index.add(&entry.key, &entry.task) {
+        *wake = true;
+    }
+    Ok(())
 }
