@@ -1,0 +1,89 @@
+//! The driver side of the engine: what a backend crate implements so the shared broker logic
+//! can run statements on its database.
+//!
+//! An adapter is deliberately thin. It binds [`Value`]s, decodes columns by [`Kind`], opens
+//! write transactions the way its database wants (`BEGIN IMMEDIATE` on SQLite, the driver
+//! default on PostgreSQL and MySQL), serves reads from a pool, and hands out one dedicated
+//! session for migrations. Everything else — which statements run, in which order, and what
+//! they mean — lives in the engine.
+
+use async_trait::async_trait;
+
+use crate::{Kind, Row, Value};
+
+/// The driver's error. Every taskgate SQL backend uses sqlx, so the engine classifies
+/// `sqlx::Error` through the [`Dialect`](crate::Dialect) (structured codes, never message text).
+pub type DbError = sqlx::Error;
+
+/// Shorthand for a driver result.
+pub type DbResult<T> = Result<T, DbError>;
+
+/// A connection the engine can run statements on: inside a write transaction, a caller's
+/// transaction (`enqueue_in`), or a migration session.
+///
+/// SQL texts use the dialect's placeholders already (the engine rewrites `?` to `$n` for
+/// PostgreSQL before calling). Implementations should use prepared, cached statements
+/// (`sqlx::query(sql)` with `persistent(true)`, the default): the engine's texts are stable.
+#[async_trait]
+pub trait SqlConn: Send {
+    /// Runs a statement and returns the number of rows it affected.
+    async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64>;
+
+    /// Runs a query and decodes every row: column `i` as `kinds[i]`, NULL as
+    /// [`Value::Null`]. A row with fewer columns than `kinds` is a decode error.
+    async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>>;
+}
+
+/// A write transaction opened by [`Adapter::begin`]. Dropping it without commit rolls back.
+#[async_trait]
+pub trait WriteTx: SqlConn {
+    /// Commits.
+    async fn commit(self: Box<Self>) -> DbResult<()>;
+
+    /// Rolls back.
+    async fn rollback(self: Box<Self>) -> DbResult<()>;
+
+    /// Access as a plain connection (the engine's operations are written against
+    /// [`SqlConn`] so they run on a caller's transaction too).
+    fn conn(&mut self) -> &mut dyn SqlConn;
+}
+
+/// A dedicated connection for migrations: the dialect's DDL lock is taken and released on
+/// it (session-level locks such as `pg_advisory_lock` and `GET_LOCK` need the same session).
+#[async_trait]
+pub trait Session: SqlConn {
+    /// Starts a transaction on this session (`BEGIN IMMEDIATE` on SQLite).
+    async fn begin(&mut self) -> DbResult<()>;
+
+    /// Commits the transaction started by [`Session::begin`].
+    async fn commit(&mut self) -> DbResult<()>;
+
+    /// Rolls back the transaction started by [`Session::begin`].
+    async fn rollback(&mut self) -> DbResult<()>;
+
+    /// Closes the session (returns it to its pool or closes the connection).
+    async fn close(self: Box<Self>) -> DbResult<()>;
+}
+
+/// What a backend crate implements to run the engine on its driver.
+///
+/// Connection policy is the adapter's: SQLite keeps one writer connection (every write
+/// transaction queues for it) and a small read pool; PostgreSQL and MySQL use one pool for
+/// both. The engine never holds a connection across an await on anything but the database.
+#[async_trait]
+pub trait Adapter: Send + Sync + 'static {
+    /// Opens a write transaction. SQLite: `BEGIN IMMEDIATE` on the single writer connection,
+    /// so check-then-write is serialised across processes. PostgreSQL: READ COMMITTED.
+    /// MySQL/MariaDB: READ COMMITTED (extensions §E6).
+    async fn begin(&self) -> DbResult<Box<dyn WriteTx>>;
+
+    /// Runs a read-only query outside any transaction, on a pooled read connection, with no
+    /// row locks (get, list, counts, the empty-poll probe).
+    async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>>;
+
+    /// A dedicated session for migrations.
+    async fn session(&self) -> DbResult<Box<dyn Session>>;
+
+    /// Closes the pools. Called once by the broker's `close`.
+    async fn close(&self);
+}

@@ -1,0 +1,534 @@
+//! [`SqlBroker`]: the whole [`Broker`] contract, written once for every SQL database and run on
+//! a backend's [`Adapter`] and [`Dialect`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use taskgate::wake::{wait_for_work, Probe};
+use taskgate::{
+    validate, AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest,
+    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Status, Step, Task,
+};
+use tokio::sync::oneshot;
+
+use crate::core::{in_tx, Core, Tx, TxFail};
+use crate::dialect::UniqueTarget;
+use crate::migrate::{migrate, Migration};
+use crate::ops::{claim, enqueue, finish, prune, read, reap, replay};
+use crate::quota::Provider;
+use crate::{Adapter, Dialect, SqlConn};
+
+/// How a backend configures the engine.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Table prefix, validated with [`validate::validate_prefix`] before any SQL is built.
+    pub prefix: String,
+    /// How often a waiting claimer polls for other processes' writes (real time).
+    pub poll_interval: Duration,
+    /// The backend's embedded migrations, in version order.
+    pub migrations: &'static [Migration],
+    /// Run migrations on the first `init` (PostgreSQL, MySQL). SQLite migrates when the file
+    /// is opened and sets this to false.
+    pub migrate_on_init: bool,
+}
+
+/// The shared SQL broker. Backends wrap it in their public type (`SqliteBroker`, `PgBroker`,
+/// `MySqlBroker`) and forward the [`Broker`] trait with [`delegate_broker!`](crate::delegate_broker).
+///
+/// Clones share one handle (one adapter, one lifecycle, one wake hub).
+#[derive(Clone)]
+pub struct SqlBroker {
+    core: Arc<Core>,
+    quota: Arc<Provider>,
+    migrations: &'static [Migration],
+    migrate_on_init: bool,
+    migrated: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for SqlBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlBroker")
+            .field("dialect", &self.core.dialect)
+            .field("prefix", &self.core.prefix)
+            .finish()
+    }
+}
+
+impl SqlBroker {
+    /// A broker on `adapter` speaking `dialect`. Fails with `InvalidInput { field: "prefix" }`
+    /// on a bad prefix. Nothing touches the database until [`SqlBroker::migrate`] or an
+    /// operation.
+    pub fn new(
+        adapter: Arc<dyn Adapter>,
+        dialect: Arc<dyn Dialect>,
+        config: EngineConfig,
+    ) -> Result<SqlBroker> {
+        validate::validate_prefix(&config.prefix)?;
+        let core = Arc::new(Core::new(adapter, dialect, config.prefix, config.poll_interval));
+        Ok(SqlBroker {
+            quota: Arc::new(Provider(core.clone())),
+            core,
+            migrations: config.migrations,
+            migrate_on_init: config.migrate_on_init,
+            migrated: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Applies the embedded migrations not yet recorded; returns the versions applied.
+    pub async fn migrate(&self) -> Result<Vec<i64>> {
+        let c = &self.core;
+        let applied = migrate(&*c.adapter, &*c.dialect, &c.prefix, self.migrations)
+            .await
+            .map_err(|e| c.backend_error(e))?;
+        self.migrated.store(true, Ordering::SeqCst);
+        Ok(applied)
+    }
+
+    /// The table prefix.
+    pub fn prefix(&self) -> &str {
+        &self.core.prefix
+    }
+
+    /// The adapter this broker runs on.
+    pub fn adapter(&self) -> &Arc<dyn Adapter> {
+        &self.core.adapter
+    }
+
+    /// How many transactions this handle retried after a deadlock or lock timeout.
+    pub fn tx_retries(&self) -> u64 {
+        self.core.retries.load(Ordering::Relaxed)
+    }
+
+    /// Wakes this handle's waiting claimers (a backend's cross-process listener calls it).
+    pub fn wake_waiters(&self) {
+        self.core.hub.wake();
+    }
+
+    /// Installs (or removes) a hook called inside every write transaction after its writes
+    /// and before its commit, with the operation's name (`"ack"`, …). A hook that panics
+    /// simulates a crash before commit: the transaction rolls back.
+    #[cfg(feature = "test-hooks")]
+    pub fn set_before_commit_hook(&self, hook: Option<crate::core::BeforeCommitHook>) {
+        *self.core.before_commit.write().unwrap_or_else(|p| p.into_inner()) = hook;
+    }
+
+    /// Transactional enqueue (extensions §E15): runs the enqueue on `conn`, a connection inside
+    /// the caller's open transaction. Nothing is committed here; the task is invisible to
+    /// claimers until the caller commits and gone if it rolls back. Waiters in other handles
+    /// find it by their next poll; Notify is not called (the commit is not observable here).
+    pub async fn enqueue_on(&self, conn: &mut dyn SqlConn, task: &Task) -> Result<Task> {
+        let opts = self.core.life.options()?;
+        validate::validate_task(task, &opts.limits)?;
+        let mut tx = Tx::new(conn, &self.core, &opts);
+        match enqueue::enqueue(&mut tx, task).await {
+            Ok(row) => Ok(row.task),
+            Err(e) => Err(self.enqueue_error(e, Some(task)).await),
+        }
+    }
+
+    fn opts(&self) -> Result<Arc<ResolvedOptions>> {
+        self.core.life.options()
+    }
+
+    /// Translates an enqueue failure: unique violations become `TaskExists` (with the key's
+    /// tail, re-read outside the failed transaction, when the chain-head index fired).
+    async fn enqueue_error(&self, e: TxFail, task: Option<&Task>) -> Error {
+        let TxFail::Db(db) = e else { return self.core.fail(e) };
+        let target = self.core.dialect.unique_violation(&db, &self.core.prefix);
+        let Some(target) = target else { return self.core.backend_error(db) };
+        let id = task.map(|t| t.id.clone()).unwrap_or_default();
+        let key = task.map(|t| t.business_key.as_str()).unwrap_or_default();
+        match target {
+            UniqueTarget::ChainHead | UniqueTarget::Unnamed if !key.is_empty() => {
+                let existing = self.tail_outside(key).await;
+                Error::TaskExists { id: String::new(), existing }
+            }
+            _ => Error::TaskExists { id, existing: None },
+        }
+    }
+
+    async fn tail_outside(&self, key: &str) -> Option<taskgate::ExistingTask> {
+        let sql = self.core.sql(enqueue::KEY_TAIL_SQL);
+        let kinds = [crate::Kind::Text, crate::Kind::Text];
+        let rows = self.core.adapter.read(&sql, &[key.into()], &kinds).await.ok()?;
+        let (execution_id, status) = crate::ops::id_status(rows.first()?).ok()?;
+        Some(taskgate::ExistingTask { business_key: key.to_owned(), execution_id, status })
+    }
+
+    /// One claim transaction on a spawned task, delivered through a guard that puts the
+    /// tasks back to `pending` if nobody receives them (extensions §E0).
+    async fn claim_detached(
+        &self,
+        opts: Arc<ResolvedOptions>,
+        queues: Vec<String>,
+        max: usize,
+    ) -> Result<Vec<Task>> {
+        let (sender, receiver) = oneshot::channel();
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
+            let result = in_tx!(&core, &opts, "dequeue", |tx| claim::claim(&mut tx, &refs, max));
+            let result = result
+                .map(|tasks| ClaimGuard { core: core.clone(), opts: opts.clone(), tasks })
+                .map_err(|e| core.fail(e));
+            // If the receiver is gone the guard comes back here and is dropped: it requeues.
+            let _ = sender.send(result);
+        });
+        let result = receiver
+            .await
+            .map_err(|_| Error::backend(self.core.name(), "claim task ended without a result"))?;
+        Ok(result?.take())
+    }
+
+    async fn probe_and_claim(
+        &self,
+        opts: Arc<ResolvedOptions>,
+        queues: Vec<String>,
+        max: usize,
+    ) -> Result<Probe> {
+        self.opts()?;
+        let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
+        let probe = claim::probe(&self.core, &opts, &refs).await?;
+        if let Some(next_due_in) = probe.wait() {
+            return Ok(Probe::Idle { next_due_in });
+        }
+        Ok(Probe::Claimed(self.claim_detached(opts, queues, max).await?))
+    }
+
+    fn claim_args(queues: &[&str], max: usize) -> Result<Vec<String>> {
+        validate::validate_queues(queues)?;
+        if max == 0 {
+            return Err(Error::invalid("max", "must be at least 1"));
+        }
+        Ok(queues.iter().map(|q| (*q).to_owned()).collect())
+    }
+}
+
+/// Claimed tasks in transit to the caller; dropped undelivered, it requeues them.
+struct ClaimGuard {
+    core: Arc<Core>,
+    opts: Arc<ResolvedOptions>,
+    tasks: Vec<Task>,
+}
+
+impl ClaimGuard {
+    fn take(mut self) -> Vec<Task> {
+        std::mem::take(&mut self.tasks)
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        let tasks = std::mem::take(&mut self.tasks);
+        if tasks.is_empty() {
+            return;
+        }
+        let (core, opts) = (self.core.clone(), self.opts.clone());
+        let requeue = async move {
+            let _ = in_tx!(&core, &opts, "unclaim", |tx| claim::unclaim(&mut tx, &tasks));
+        };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(requeue);
+        }
+    }
+}
+
+#[async_trait]
+impl Broker for SqlBroker {
+    fn backend(&self) -> &'static str {
+        self.core.name()
+    }
+
+    async fn init(&self, options: BrokerOptions) -> Result<()> {
+        if self.core.life.is_closed() {
+            return Err(Error::Closed);
+        }
+        if self.migrate_on_init && !self.migrated.load(Ordering::SeqCst) {
+            self.migrate().await?;
+        }
+        self.core.life.init(options.resolve())
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.core.life.close() {
+            self.core.adapter.close().await;
+        }
+        Ok(())
+    }
+
+    async fn enqueue(&self, task: &Task) -> Result<Task> {
+        let opts = self.opts()?;
+        validate::validate_task(task, &opts.limits)?;
+        let done = in_tx!(&self.core, &opts, "enqueue", |tx| enqueue::enqueue(&mut tx, task));
+        match done {
+            Ok(row) => Ok(row.task),
+            Err(e) => Err(self.enqueue_error(e, Some(task)).await),
+        }
+    }
+
+    async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {
+        let opts = self.opts()?;
+        validate::validate_tasks(tasks, &opts.limits)?;
+        let done = in_tx!(&self.core, &opts, "enqueue_many", |tx| async {
+            let mut stored = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                stored.push(enqueue::enqueue(&mut tx, task).await?.task);
+            }
+            Ok(stored)
+        });
+        match done {
+            Ok(stored) => Ok(stored),
+            Err(e) => Err(self.enqueue_error(e, None).await),
+        }
+    }
+
+    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+        let opts = self.opts()?;
+        let queues = Self::claim_args(queues, max)?;
+        match self.probe_and_claim(opts, queues, max).await? {
+            Probe::Claimed(tasks) => Ok(tasks),
+            Probe::Idle { .. } => Ok(Vec::new()),
+        }
+    }
+
+    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+        let opts = self.opts()?;
+        let queues = Self::claim_args(queues, max)?;
+        let core = &self.core;
+        let poll = Some(core.poll_interval);
+        wait_for_work(&core.hub, &core.life, &*opts.clock, poll, || {
+            self.probe_and_claim(opts.clone(), queues.clone(), max)
+        })
+        .await
+    }
+
+    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
+        let item = AckItem { id: id.to_owned(), token: token.to_owned(), result };
+        let mut outcomes = self.ack_many(std::slice::from_ref(&item)).await?;
+        outcomes.pop().unwrap_or_else(|| Err(Error::not_found(id)))
+    }
+
+    async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {
+        let opts = self.opts()?;
+        let mut outcomes: Vec<Option<Result<()>>> = items
+            .iter()
+            .map(|i| {
+                validate::validate_id(&i.id)
+                    .and_then(|()| {
+                        validate::validate_bytes("result", i.result.as_deref(), &opts.limits)
+                    })
+                    .err()
+                    .map(Err)
+            })
+            .collect();
+        let valid: Vec<AckItem> = items
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| o.is_none())
+            .map(|(i, _)| i.clone())
+            .collect();
+        let mut results = Vec::with_capacity(valid.len());
+        for chunk in valid.chunks(self.ack_chunk()) {
+            let done = in_tx!(&self.core, &opts, "ack", |tx| finish::ack_many(&mut tx, chunk));
+            results.extend(done.map_err(|e| self.core.fail(e))?);
+        }
+        let mut results = results.into_iter();
+        for slot in &mut outcomes {
+            if slot.is_none() {
+                *slot = results.next();
+            }
+        }
+        Ok(outcomes.into_iter().map(|o| o.unwrap_or(Ok(()))).collect())
+    }
+
+    async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {
+        let opts = self.opts()?;
+        validate::validate_id(id)?;
+        let done =
+            in_tx!(&self.core, &opts, "fail", |tx| finish::fail(&mut tx, id, token, &failure));
+        done.map_err(|e| self.core.fail(e))
+    }
+
+    async fn cancel(&self, id: &str) -> Result<()> {
+        let opts = self.opts()?;
+        validate::validate_id(id)?;
+        let done = in_tx!(&self.core, &opts, "cancel", |tx| finish::cancel(&mut tx, id));
+        done.map_err(|e| self.core.fail(e))
+    }
+
+    async fn finish_canceled(&self, id: &str, token: &str) -> Result<()> {
+        let opts = self.opts()?;
+        validate::validate_id(id)?;
+        let done = in_tx!(&self.core, &opts, "finish_canceled", |tx| {
+            finish::finish_canceled(&mut tx, id, token)
+        });
+        done.map_err(|e| self.core.fail(e))
+    }
+
+    async fn requeue(&self, id: &str, token: &str) -> Result<()> {
+        let opts = self.opts()?;
+        validate::validate_id(id)?;
+        let done = in_tx!(&self.core, &opts, "requeue", |tx| finish::requeue(&mut tx, id, token));
+        done.map_err(|e| self.core.fail(e))
+    }
+
+    async fn heartbeat(&self, id: &str, token: &str) -> Result<()> {
+        let opts = self.opts()?;
+        validate::validate_id(id)?;
+        let done =
+            in_tx!(&self.core, &opts, "heartbeat", |tx| finish::heartbeat(&mut tx, id, token));
+        match done.map_err(|e| self.core.fail(e))? {
+            true => Err(Error::Canceled { id: id.to_owned() }),
+            false => Ok(()),
+        }
+    }
+
+    async fn save_step(&self, id: &str, token: &str, step: Step) -> Result<()> {
+        let opts = self.opts()?;
+        validate::validate_id(id)?;
+        validate::validate_step(&step, &opts.limits)?;
+        let done = in_tx!(&self.core, &opts, "save_step", |tx| finish::save_step(
+            &mut tx, id, token, &step
+        ));
+        match done.map_err(|e| self.core.fail(e))? {
+            true => Err(Error::Canceled { id: id.to_owned() }),
+            false => Ok(()),
+        }
+    }
+
+    async fn get(&self, id: &str) -> Result<Task> {
+        self.opts()?;
+        validate::validate_id(id)?;
+        read::get(&self.core, id).await?.ok_or_else(|| Error::not_found(id))
+    }
+
+    async fn replay(&self, request: ReplayRequest) -> Result<Task> {
+        let opts = self.opts()?;
+        check_replay_request(&request, &opts)?;
+        let done = in_tx!(&self.core, &opts, "replay", |tx| replay::replay(&mut tx, &request));
+        done.map_err(|e| match e {
+            TxFail::Db(db)
+                if self.core.dialect.unique_violation(&db, &self.core.prefix).is_some() =>
+            {
+                let target = if request.execution_id.is_empty() {
+                    request.business_key.clone()
+                } else {
+                    request.execution_id.clone()
+                };
+                Error::AlreadyReplayed { id: target }
+            }
+            other => self.core.fail(other),
+        })
+    }
+
+    async fn resume(&self, id: &str) -> Result<Task> {
+        let opts = self.opts()?;
+        validate::validate_id(id)?;
+        let done = in_tx!(&self.core, &opts, "resume", |tx| replay::resume(&mut tx, id));
+        done.map_err(|e| self.core.fail(e))
+    }
+
+    async fn list(&self, filter: &Filter) -> Result<Vec<Task>> {
+        self.opts()?;
+        read::list(&self.core, filter).await
+    }
+
+    async fn queue_len(&self, queue: &str) -> Result<u64> {
+        self.opts()?;
+        read::queue_len(&self.core, queue).await
+    }
+
+    async fn counts(&self) -> Result<Counts> {
+        self.opts()?;
+        read::counts(&self.core).await
+    }
+
+    async fn reap_expired(&self) -> Result<u64> {
+        let opts = self.opts()?;
+        let done = in_tx!(&self.core, &opts, "reap", |tx| async {
+            let handled = reap::reap_expired(&mut tx).await?;
+            reap::repair_blocked(&mut tx).await?;
+            Ok(handled)
+        });
+        done.map_err(|e| self.core.fail(e))
+    }
+
+    async fn pause_queue(&self, queue: &str) -> Result<()> {
+        let opts = self.opts()?;
+        validate::validate_queue(queue)?;
+        let done =
+            in_tx!(&self.core, &opts, "pause_queue", |tx| finish::pause_queue(&mut tx, queue));
+        done.map_err(|e| self.core.fail(e))
+    }
+
+    async fn resume_queue(&self, queue: &str) -> Result<()> {
+        let opts = self.opts()?;
+        validate::validate_queue(queue)?;
+        let done =
+            in_tx!(&self.core, &opts, "resume_queue", |tx| finish::resume_queue(&mut tx, queue));
+        done.map_err(|e| self.core.fail(e))
+    }
+
+    async fn paused_queues(&self) -> Result<Vec<String>> {
+        self.opts()?;
+        read::paused_queues(&self.core).await
+    }
+
+    async fn prune(&self, request: PruneRequest) -> Result<u64> {
+        let opts = self.opts()?;
+        let statuses = prune_statuses(&request.statuses)?;
+        let mut total = 0u64;
+        let mut budget = if request.limit == 0 { usize::MAX } else { request.limit };
+        let mut first = true;
+        while budget > 0 {
+            let done = in_tx!(&self.core, &opts, "prune", |tx| {
+                prune::prune_batch(&mut tx, &request, &statuses, budget, first)
+            });
+            let n = done.map_err(|e| self.core.fail(e))?;
+            first = false;
+            total += n;
+            budget = budget.saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
+            if n == 0 {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    fn quota_provider(&self) -> Option<&dyn QuotaProvider> {
+        Some(&*self.quota)
+    }
+}
+
+impl SqlBroker {
+    /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
+    fn ack_chunk(&self) -> usize {
+        (self.core.dialect.max_params() / 4).clamp(1, 1_000)
+    }
+}
+
+/// Exactly one of ID and key; both well-formed; payload within limits.
+fn check_replay_request(request: &ReplayRequest, opts: &ResolvedOptions) -> Result<()> {
+    match (request.execution_id.is_empty(), request.business_key.is_empty()) {
+        (true, true) => Err(Error::invalid("request", "set execution_id or business_key")),
+        (false, false) => {
+            Err(Error::invalid("request", "set only one of execution_id and business_key"))
+        }
+        (false, true) => validate::validate_id(&request.execution_id),
+        (true, false) => validate::validate_name("business_key", &request.business_key, false),
+    }?;
+    validate::validate_bytes("payload", request.payload.as_deref(), &opts.limits)
+}
+
+/// The statuses a prune may delete: empty means all three terminal ones.
+fn prune_statuses(statuses: &[Status]) -> Result<Vec<Status>> {
+    if statuses.is_empty() {
+        return Ok(vec![Status::Completed, Status::Failed, Status::Canceled]);
+    }
+    match statuses.iter().find(|s| !s.is_terminal()) {
+        Some(s) => Err(Error::invalid("statuses", format!("{s} is not a terminal status"))),
+        None => Ok(statuses.to_vec()),
+    }
+}

@@ -1,0 +1,261 @@
+//! The [`Dialect`]: every way SQLite, PostgreSQL and MySQL/MariaDB differ that the engine needs
+//! to know — syntax pieces, statement shapes, time, locks and error classification.
+//!
+//! The engine writes its SQL once with positional `?` placeholders, **never reusing one** (a
+//! value needed twice is bound twice, because MySQL cannot reuse parameters), and asks the
+//! dialect for the pieces that differ. PostgreSQL's `$n` form comes from
+//! [`rewrite_placeholders`], applied by the engine when [`Dialect::placeholder`] says so.
+
+use std::fmt;
+
+use crate::{DbError, Value};
+
+/// How a dialect writes bound parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placeholder {
+    /// `?` (SQLite, MySQL/MariaDB).
+    Question,
+    /// `$1, $2, …` (PostgreSQL).
+    Dollar,
+}
+
+/// Where "now" comes from when no clock is injected (extensions §E1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSource {
+    /// The local system clock (SQLite: every process on the file shares the machine).
+    Local,
+    /// The database server's clock ([`Dialect::now_ms_sql`]), read once per transaction.
+    Server,
+}
+
+/// How a claim is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimShape {
+    /// One `UPDATE … WHERE id IN (SELECT … ORDER BY run_at, id LIMIT n) RETURNING <cols>`
+    /// (SQLite inside `BEGIN IMMEDIATE`). Needs [`Dialect::claim_token_sql`].
+    UpdateReturning,
+    /// `SELECT <cols> … ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED`, then one
+    /// `UPDATE … WHERE id IN (…)` with per-task tokens (PostgreSQL, MySQL/MariaDB).
+    SelectThenUpdate,
+}
+
+/// How a quota unit is reserved (contract §9.5, notes §15.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuotaShape {
+    /// One upsert that returns the window when it reserved and no row when exhausted.
+    /// Arguments in order: key, now-seconds override (or NULL), period, period, limit.
+    UpsertReturning {
+        /// The statement, with the table name already substituted.
+        sql: String,
+    },
+    /// MySQL/MariaDB: read the medium time, ensure the window row exists with
+    /// `used = used` (flag-independent), then `UPDATE … SET used = used + 1 WHERE … AND
+    /// used < ?` — 1 row reserved, 0 exhausted, whatever `CLIENT_FOUND_ROWS` says.
+    EnsureThenUpdate {
+        /// `SELECT <now seconds>` with one override argument (or NULL).
+        now_sql: String,
+        /// Ensures the row: arguments key, window.
+        ensure_sql: String,
+        /// Reserves: arguments key, window, limit; affected rows 1 = reserved.
+        update_sql: String,
+    },
+}
+
+/// The retry class of a failed transaction (contract §11.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryClass {
+    /// Deadlock or serialization failure: retry at once, up to 5 attempts in all.
+    Immediate,
+    /// Lock wait timeout (MySQL 1205): at most 2 attempts in all.
+    Limited,
+    /// Anything else: returned as is.
+    Never,
+}
+
+/// Which unique index a violation hit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UniqueTarget {
+    /// The primary key (a preset ID): plain `TaskExists`.
+    PrimaryKey,
+    /// `<prefix>uq_chain_head`: `TaskExists` with the key's chain tail.
+    ChainHead,
+    /// `<prefix>uq_replay_of`: `AlreadyReplayed`.
+    ReplayOf,
+    /// A unique index the driver does not name (SQLite reports columns, not index names):
+    /// the engine decides from the operation (enqueue ⇒ chain head, replay ⇒ replay_of).
+    Unnamed,
+}
+
+/// Statements taking and releasing the database-wide DDL lock on one session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DdlLock {
+    /// Takes the lock (e.g. `SELECT pg_advisory_lock(?)`, `SELECT GET_LOCK(?, 10)`).
+    pub lock_sql: String,
+    /// Arguments of `lock_sql`.
+    pub lock_args: Vec<Value>,
+    /// True when `lock_sql` returns one integer column that must be 1 (MySQL `GET_LOCK`).
+    pub lock_returns_one: bool,
+    /// Releases the lock.
+    pub unlock_sql: String,
+    /// Arguments of `unlock_sql`.
+    pub unlock_args: Vec<Value>,
+}
+
+/// What differs between SQL databases, for the engine.
+///
+/// Implementations are small value types (`SqliteDialect`, `PgDialect`, `MySqlDialect`). The
+/// engine builds its statement texts once per (dialect, table prefix) at construction, so
+/// these methods are not on any hot path.
+pub trait Dialect: Send + Sync + fmt::Debug + 'static {
+    /// The backend name used in errors (`sqlite`, `postgres`, `mysql`).
+    fn name(&self) -> &'static str;
+
+    /// How parameters are written.
+    fn placeholder(&self) -> Placeholder;
+
+    /// Where "now" comes from without an injected clock.
+    fn time_source(&self) -> TimeSource;
+
+    /// An expression for the server's current time in unix milliseconds, floored
+    /// (PostgreSQL `CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)`,
+    /// MySQL `CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)`). Used as
+    /// `COALESCE(?, <this>)` so an injected clock overrides it.
+    fn now_ms_sql(&self) -> &'static str;
+
+    /// The row-lock suffix of a locking read (`" FOR UPDATE"`; SQLite `""` — `BEGIN IMMEDIATE`
+    /// already serialises writers).
+    fn lock_clause(&self) -> &'static str;
+
+    /// The suffix of a claim's candidate read (`" FOR UPDATE SKIP LOCKED"`; SQLite `""`).
+    fn skip_locked_clause(&self) -> &'static str;
+
+    /// How claims are written.
+    fn claim_shape(&self) -> ClaimShape;
+
+    /// For [`ClaimShape::UpdateReturning`]: an expression giving each claimed row its own
+    /// lease token from one bound per-claim prefix, e.g. SQLite
+    /// `? || lower(hex(randomblob(10)))`.
+    fn claim_token_sql(&self) -> &'static str {
+        "?"
+    }
+
+    /// The LIMIT value meaning "all rows" when only an offset is given (SQLite `-1`,
+    /// PostgreSQL/MySQL `9223372036854775807`).
+    fn limit_all(&self) -> &'static str;
+
+    /// `INSERT … ` that does nothing when the row exists: SQLite/PostgreSQL
+    /// `INSERT INTO t (cols) VALUES (…) ON CONFLICT (key) DO NOTHING`, MySQL
+    /// `INSERT IGNORE INTO …`. `values` is the already-written `(?, ?)` list.
+    fn insert_ignore(&self, table: &str, columns: &str, values: &str, key: &str) -> String;
+
+    /// The quota statements for quota table `table` (contract §9.5).
+    fn quota_shape(&self, table: &str) -> QuotaShape;
+
+    /// A statement run inside every write transaction that can make work claimable, so
+    /// other processes wake at commit (PostgreSQL `SELECT pg_notify('<prefix>wake', '')`).
+    /// `None`: other processes find the write by polling.
+    fn wake_sql(&self, prefix: &str) -> Option<String> {
+        let _ = prefix;
+        None
+    }
+
+    /// The database-wide DDL lock for `key` (`<prefix>schema`); `None` when the migration
+    /// transaction itself serialises (SQLite's `BEGIN IMMEDIATE`).
+    fn ddl_lock(&self, key: &str) -> Option<DdlLock>;
+
+    /// True when DDL is transactional (SQLite, PostgreSQL): each migration and its record
+    /// commit together. MySQL commits DDL implicitly; its migrations must be idempotent.
+    fn transactional_ddl(&self) -> bool;
+
+    /// Classifies a failed statement or commit for the retry loop, on the driver's
+    /// structured error (PG SQLSTATE 40P01/40001, MySQL errno 1213 / 1205).
+    fn retry_class(&self, error: &DbError) -> RetryClass;
+
+    /// `Some` when `error` is a unique violation (PG 23505, MySQL 1062, SQLite 1555/2067),
+    /// with the index it hit when the driver says. `prefix` is the table prefix, for
+    /// matching index names.
+    fn unique_violation(&self, error: &DbError, prefix: &str) -> Option<UniqueTarget>;
+
+    /// True for an error that means an idempotent DDL statement was already applied
+    /// (MySQL 1060 duplicate column, 1061 duplicate key name). Never on PostgreSQL/SQLite.
+    fn is_already_applied(&self, error: &DbError) -> bool {
+        let _ = error;
+        false
+    }
+
+    /// Most bound parameters one statement may carry; batches are chunked below it.
+    fn max_params(&self) -> usize {
+        30_000
+    }
+}
+
+/// Rewrites `?` placeholders to `$1, $2, …`, skipping `?` inside single-quoted literals
+/// (with `''` escapes), double-quoted identifiers and `--` line comments.
+pub fn rewrite_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0usize;
+    let mut chars = sql.chars().peekable();
+    let mut quote: Option<char> = None;
+    let mut comment = false;
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if comment {
+            comment = c != '\n';
+            continue;
+        }
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '-') if chars.peek() == Some(&'-') => comment = true,
+            (None, '?') => {
+                out.pop();
+                n += 1;
+                out.push('$');
+                out.push_str(&n.to_string());
+            }
+            (None, _) => {}
+        }
+    }
+    out
+}
+
+/// `?, ?, …` with `n` placeholders (an `IN (…)` list).
+pub fn placeholders(n: usize) -> String {
+    let mut s = String::with_capacity(n * 3);
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('?');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dollar_rewrite_numbers_in_order() {
+        assert_eq!(
+            rewrite_placeholders("SELECT a FROM t WHERE x = ? AND y IN (?, ?)"),
+            "SELECT a FROM t WHERE x = $1 AND y IN ($2, $3)"
+        );
+    }
+
+    #[test]
+    fn dollar_rewrite_skips_literals_identifiers_and_comments() {
+        let sql = "SELECT '?', 'it''s ?', \"q?\" -- why?\n FROM t WHERE a = ?";
+        assert_eq!(
+            rewrite_placeholders(sql),
+            "SELECT '?', 'it''s ?', \"q?\" -- why?\n FROM t WHERE a = $1"
+        );
+    }
+
+    #[test]
+    fn in_lists() {
+        assert_eq!(placeholders(0), "");
+        assert_eq!(placeholders(3), "?, ?, ?");
+    }
+}

@@ -1,0 +1,236 @@
+//! `taskgate-sql`: the broker logic of every taskgate SQL backend, written once.
+//!
+//! SQLite, PostgreSQL and MySQL/MariaDB differ in syntax, locking clauses, the time expression,
+//! error codes and a few statement shapes — not in what a broker does. So this crate holds the
+//! whole [`Broker`](taskgate::Broker) contract as [`SqlBroker`], and a backend crate supplies:
+//!
+//! * an [`Adapter`] — binds [`Value`]s, decodes columns by [`Kind`], opens write transactions
+//!   (`BEGIN IMMEDIATE` on SQLite), serves reads from a pool, hands out a migration
+//!   [`Session`];
+//! * a [`Dialect`] — placeholders (`?` / `$n`), server time in ms, row-lock clauses, the claim
+//!   and quota statement shapes, the in-transaction wake statement, the DDL lock, and error
+//!   classification on the driver's structured error (retry class, unique violations,
+//!   already-applied DDL);
+//! * its migrations (`migrations/<dialect>/NNNN_name.sql`, see [`Migration`]);
+//! * a public newtype (`SqliteBroker`, `PgBroker`, `MySqlBroker`) that forwards the trait with
+//!   [`delegate_broker!`] and adds backend-only abilities (`enqueue_in`, LISTEN/NOTIFY).
+//!
+//! # What the engine guarantees (and what adapters may rely on)
+//!
+//! * Every write is one transaction run through the retry loop of contract §11.2: deadlocks and
+//!   serialization failures ([`RetryClass::Immediate`]) are retried up to 5 attempts, lock-wait
+//!   timeouts ([`RetryClass::Limited`]) up to 2, after a 5 ms << k back-off in real time; Notify
+//!   snapshots of a failed attempt are dropped and the final attempt's are published after
+//!   commit. [`SqlBroker::tx_retries`] counts retries.
+//! * Writes lock their rows first (`{lock}` = [`Dialect::lock_clause`]); enqueue locks parent
+//!   rows; propagation locks each child and converges the whole subtree in the transaction.
+//! * Reads (get, list, counts, queue_len, paused_queues) and the empty-poll probe run through
+//!   [`Adapter::read`], outside any transaction.
+//! * Claims run on a spawned task and are handed over through a guard that requeues them if
+//!   the caller's future was dropped (extensions §E0).
+//! * SQL uses `?` placeholders, never reused; with [`Placeholder::Dollar`] the engine rewrites
+//!   them ([`rewrite_placeholders`]) before calling the adapter. Texts are built once per
+//!   (dialect, prefix); `IN (…)` lists per call. The prefix is validated before any SQL.
+//! * Stored times are unix ms. "Now" is the injected clock, else the local clock
+//!   ([`TimeSource::Local`]), else the server's, read once per transaction (piggybacked on the
+//!   first row lock where possible).
+//!
+//! # Writing a new backend
+//!
+//! Implement [`Adapter`] (one generic `execute`/`fetch` per driver; decode [`Kind::Int`] from
+//! any integer or boolean column type, [`Kind::Text`] from text or binary-collated strings),
+//! implement [`Dialect`], write the two migrations with the same numbers and names as
+//! `migrations/sqlite/`, and wrap [`SqlBroker`]. The schema must have the columns of
+//! [`row::TASK_COLUMNS`] and the tables `{prefix}tasks`, `{prefix}task_deps`, `{prefix}quota`
+//! (`qkey, win, used, period`) and `{prefix}paused_queues(queue, paused_at)`. IDs must compare
+//! by bytes (PostgreSQL: `COLLATE "C"`; MySQL: `utf8mb4_bin`).
+
+mod adapter;
+mod broker;
+mod core;
+mod dialect;
+mod migrate;
+mod ops;
+mod quota;
+pub mod row;
+mod value;
+
+pub use adapter::{Adapter, DbError, DbResult, Session, SqlConn, WriteTx};
+pub use broker::{EngineConfig, SqlBroker};
+#[cfg(feature = "test-hooks")]
+pub use core::BeforeCommitHook;
+pub use dialect::{
+    placeholders, rewrite_placeholders, ClaimShape, DdlLock, Dialect, Placeholder, QuotaShape,
+    RetryClass, TimeSource, UniqueTarget,
+};
+pub use migrate::{migrate, split_statements, Migration};
+pub use value::{DecodeError, Kind, Row, Value};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+    pub use taskgate;
+}
+
+/// Implements [`taskgate::Broker`] for a backend's newtype by forwarding every method to a
+/// [`SqlBroker`] field.
+///
+/// ```ignore
+/// pub struct SqliteBroker { inner: taskgate_sql::SqlBroker, /* … */ }
+/// taskgate_sql::delegate_broker!(SqliteBroker, inner);
+/// ```
+#[macro_export]
+macro_rules! delegate_broker {
+    ($ty:ty, $field:ident) => {
+        #[$crate::__private::async_trait]
+        impl $crate::__private::taskgate::Broker for $ty {
+            fn backend(&self) -> &'static str {
+                $crate::__private::taskgate::Broker::backend(&self.$field)
+            }
+            async fn init(
+                &self,
+                options: $crate::__private::taskgate::BrokerOptions,
+            ) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::init(&self.$field, options).await
+            }
+            async fn close(&self) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::close(&self.$field).await
+            }
+            async fn enqueue(
+                &self,
+                task: &$crate::__private::taskgate::Task,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Task> {
+                $crate::__private::taskgate::Broker::enqueue(&self.$field, task).await
+            }
+            async fn enqueue_many(
+                &self,
+                tasks: &[$crate::__private::taskgate::Task],
+            ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
+                $crate::__private::taskgate::Broker::enqueue_many(&self.$field, tasks).await
+            }
+            async fn try_dequeue_many(
+                &self,
+                queues: &[&str],
+                max: usize,
+            ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
+                $crate::__private::taskgate::Broker::try_dequeue_many(&self.$field, queues, max)
+                    .await
+            }
+            async fn dequeue_many(
+                &self,
+                queues: &[&str],
+                max: usize,
+            ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
+                $crate::__private::taskgate::Broker::dequeue_many(&self.$field, queues, max).await
+            }
+            async fn ack(
+                &self,
+                id: &str,
+                token: &str,
+                result: Option<Vec<u8>>,
+            ) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::ack(&self.$field, id, token, result).await
+            }
+            async fn ack_many(
+                &self,
+                items: &[$crate::__private::taskgate::AckItem],
+            ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Result<()>>>
+            {
+                $crate::__private::taskgate::Broker::ack_many(&self.$field, items).await
+            }
+            async fn fail(
+                &self,
+                id: &str,
+                token: &str,
+                failure: $crate::__private::taskgate::Failure,
+            ) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::fail(&self.$field, id, token, failure).await
+            }
+            async fn cancel(&self, id: &str) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::cancel(&self.$field, id).await
+            }
+            async fn finish_canceled(
+                &self,
+                id: &str,
+                token: &str,
+            ) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::finish_canceled(&self.$field, id, token).await
+            }
+            async fn requeue(
+                &self,
+                id: &str,
+                token: &str,
+            ) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::requeue(&self.$field, id, token).await
+            }
+            async fn heartbeat(
+                &self,
+                id: &str,
+                token: &str,
+            ) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::heartbeat(&self.$field, id, token).await
+            }
+            async fn save_step(
+                &self,
+                id: &str,
+                token: &str,
+                step: $crate::__private::taskgate::Step,
+            ) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::save_step(&self.$field, id, token, step).await
+            }
+            async fn get(
+                &self,
+                id: &str,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Task> {
+                $crate::__private::taskgate::Broker::get(&self.$field, id).await
+            }
+            async fn replay(
+                &self,
+                request: $crate::__private::taskgate::ReplayRequest,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Task> {
+                $crate::__private::taskgate::Broker::replay(&self.$field, request).await
+            }
+            async fn resume(
+                &self,
+                id: &str,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Task> {
+                $crate::__private::taskgate::Broker::resume(&self.$field, id).await
+            }
+            async fn list(
+                &self,
+                filter: &$crate::__private::taskgate::Filter,
+            ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
+                $crate::__private::taskgate::Broker::list(&self.$field, filter).await
+            }
+            async fn queue_len(&self, queue: &str) -> $crate::__private::taskgate::Result<u64> {
+                $crate::__private::taskgate::Broker::queue_len(&self.$field, queue).await
+            }
+            async fn counts(
+                &self,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Counts> {
+                $crate::__private::taskgate::Broker::counts(&self.$field).await
+            }
+            async fn reap_expired(&self) -> $crate::__private::taskgate::Result<u64> {
+                $crate::__private::taskgate::Broker::reap_expired(&self.$field).await
+            }
+            async fn pause_queue(&self, queue: &str) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::pause_queue(&self.$field, queue).await
+            }
+            async fn resume_queue(&self, queue: &str) -> $crate::__private::taskgate::Result<()> {
+                $crate::__private::taskgate::Broker::resume_queue(&self.$field, queue).await
+            }
+            async fn paused_queues(&self) -> $crate::__private::taskgate::Result<Vec<String>> {
+                $crate::__private::taskgate::Broker::paused_queues(&self.$field).await
+            }
+            async fn prune(
+                &self,
+                request: $crate::__private::taskgate::PruneRequest,
+            ) -> $crate::__private::taskgate::Result<u64> {
+                $crate::__private::taskgate::Broker::prune(&self.$field, request).await
+            }
+            fn quota_provider(&self) -> Option<&dyn $crate::__private::taskgate::QuotaProvider> {
+                $crate::__private::taskgate::Broker::quota_provider(&self.$field)
+            }
+        }
+    };
+}

@@ -1,0 +1,197 @@
+//! The migration runner (extensions §E6): `migrations/<dialect>/NNNN_name.sql`, embedded by
+//! each backend, `{prefix}` substituted, applied in order under the dialect's DDL lock on one
+//! dedicated session, each recorded in `<prefix>schema_migrations(version, name, applied_at)`.
+//! A second run is a no-op; concurrent cold starts serialise on the lock (or, on SQLite, on
+//! `BEGIN IMMEDIATE`) and re-check each version inside it.
+
+use std::time::SystemTime;
+
+use taskgate::Timestamp;
+
+use crate::adapter::Session;
+use crate::dialect::{rewrite_placeholders, Placeholder};
+use crate::{Adapter, DbResult, Dialect, Kind, Value};
+
+/// One embedded migration file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Migration {
+    /// The version number (`0001` ⇒ 1); the same in every dialect.
+    pub version: i64,
+    /// The file name without number and extension (`initial`, `steps_pause_owner`).
+    pub name: &'static str,
+    /// The SQL text. `{prefix}` is replaced by the table prefix; statements end with `;` at
+    /// the end of a line; lines starting with `--` are comments.
+    pub sql: &'static str,
+}
+
+/// Splits a migration into statements: a statement ends with `;` at the end of a line.
+/// Comment lines (`--`) and blank lines are dropped.
+pub fn split_statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in sql.lines() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with("--") {
+            continue;
+        }
+        if !current.is_empty() {
+            current.push('\n');
+        }
+        current.push_str(line.trim_end());
+        if trimmed.ends_with(';') {
+            current.pop();
+            out.push(std::mem::take(&mut current).trim().to_owned());
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current.trim().to_owned());
+    }
+    out
+}
+
+/// The runner's own table; created by the runner, not by a migration.
+fn migrations_table(prefix: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {prefix}schema_migrations (version BIGINT NOT NULL PRIMARY KEY, \
+         name VARCHAR(255) NOT NULL, applied_at BIGINT NOT NULL)"
+    )
+}
+
+fn dialect_sql(dialect: &dyn Dialect, sql: &str) -> String {
+    match dialect.placeholder() {
+        Placeholder::Question => sql.to_owned(),
+        Placeholder::Dollar => rewrite_placeholders(sql),
+    }
+}
+
+/// Applies every migration not yet recorded; returns the versions it applied.
+pub async fn migrate(
+    adapter: &dyn Adapter,
+    dialect: &dyn Dialect,
+    prefix: &str,
+    migrations: &[Migration],
+) -> DbResult<Vec<i64>> {
+    let mut session = adapter.session().await?;
+    let lock = dialect.ddl_lock(&format!("{prefix}schema"));
+    let result: DbResult<Vec<i64>> = async {
+        if let Some(lock) = &lock {
+            take_lock(session.as_mut(), dialect, lock).await?;
+        }
+        session.execute(&migrations_table(prefix), &[]).await?;
+        let mut applied = Vec::new();
+        for m in migrations {
+            if apply(session.as_mut(), dialect, prefix, m).await? {
+                applied.push(m.version);
+            }
+        }
+        Ok(applied)
+    }
+    .await;
+    if let Some(lock) = &lock {
+        let unlock = dialect_sql(dialect, &lock.unlock_sql);
+        let released = session.fetch(&unlock, &lock.unlock_args, &[]).await;
+        if result.is_ok() {
+            released?;
+        }
+    }
+    let closed = session.close().await;
+    let applied = result?;
+    closed?;
+    Ok(applied)
+}
+
+async fn take_lock(
+    session: &mut dyn Session,
+    dialect: &dyn Dialect,
+    lock: &crate::DdlLock,
+) -> DbResult<()> {
+    let sql = dialect_sql(dialect, &lock.lock_sql);
+    if !lock.lock_returns_one {
+        session.fetch(&sql, &lock.lock_args, &[]).await?;
+        return Ok(());
+    }
+    let rows = session.fetch(&sql, &lock.lock_args, &[Kind::Int]).await?;
+    match rows.first().and_then(|r| r.first()) {
+        Some(Value::Int(1)) => Ok(()),
+        other => Err(crate::DbError::Protocol(format!(
+            "could not take the schema lock ({other:?}); another process holds it"
+        ))),
+    }
+}
+
+/// Applies one migration unless recorded; true when it ran.
+async fn apply(
+    session: &mut dyn Session,
+    dialect: &dyn Dialect,
+    prefix: &str,
+    m: &Migration,
+) -> DbResult<bool> {
+    let transactional = dialect.transactional_ddl();
+    if transactional {
+        session.begin().await?;
+    }
+    let outcome = apply_inside(session, dialect, prefix, m).await;
+    match (transactional, &outcome) {
+        (true, Ok(_)) => session.commit().await?,
+        (true, Err(_)) => {
+            let _ = session.rollback().await;
+        }
+        (false, _) => {}
+    }
+    outcome
+}
+
+async fn apply_inside(
+    session: &mut dyn Session,
+    dialect: &dyn Dialect,
+    prefix: &str,
+    m: &Migration,
+) -> DbResult<bool> {
+    let check = dialect_sql(
+        dialect,
+        &format!("SELECT version FROM {prefix}schema_migrations WHERE version = ?"),
+    );
+    if !session.fetch(&check, &[Value::Int(m.version)], &[Kind::Int]).await?.is_empty() {
+        return Ok(false);
+    }
+    for statement in split_statements(&m.sql.replace("{prefix}", prefix)) {
+        match session.execute(&statement, &[]).await {
+            Ok(_) => {}
+            Err(e) if dialect.is_already_applied(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let record = dialect_sql(
+        dialect,
+        &format!(
+            "INSERT INTO {prefix}schema_migrations (version, name, applied_at) VALUES (?, ?, ?)"
+        ),
+    );
+    let now = Timestamp::from_system_time(SystemTime::now());
+    let args = [Value::Int(m.version), Value::from(m.name), Value::from(now)];
+    session.execute(&record, &args).await?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_split_at_line_end_semicolons() {
+        let sql =
+            "-- header\nCREATE TABLE a (\n  x TEXT DEFAULT ';'\n);\n\nCREATE INDEX i ON a (x);\n";
+        assert_eq!(
+            split_statements(sql),
+            vec![
+                "CREATE TABLE a (\n  x TEXT DEFAULT ';'\n)".to_owned(),
+                "CREATE INDEX i ON a (x)".to_owned()
+            ]
+        );
+    }
+
+    #[test]
+    fn trailing_statement_without_semicolon_is_kept() {
+        assert_eq!(split_statements("SELECT 1"), vec!["SELECT 1".to_owned()]);
+    }
+}

@@ -1,0 +1,209 @@
+//! Claims (contract §3.4 Dequeue, §11.2, §11.3, extensions §E8): the read-only probe an empty
+//! poll costs, and the claim transaction in the dialect's shape — one
+//! `UPDATE … RETURNING` (SQLite) or `SELECT … FOR UPDATE SKIP LOCKED` then one `UPDATE`
+//! (PostgreSQL, MySQL/MariaDB). Every claimed task gets its own lease token.
+
+use std::time::Duration;
+
+use taskgate::{id, ResolvedOptions, Status, Task, Timestamp};
+
+use super::decode_all;
+use crate::core::{Core, Tx, TxFail};
+use crate::dialect::{placeholders, ClaimShape};
+use crate::row::{TaskRow, TASK_KINDS};
+use crate::{Kind, Value};
+
+/// The ready-task condition for `n` queues: one queue uses the partial claim index directly;
+/// several use `IN (…)`. Paused queues never match.
+fn ready_where(n: usize) -> String {
+    let queue =
+        if n == 1 { "queue = ?".to_owned() } else { format!("queue IN ({})", placeholders(n)) };
+    format!(
+        "{queue} AND status IN ('pending', 'retrying') AND run_at <= ? \
+         AND queue NOT IN (SELECT queue FROM {{paused}})"
+    )
+}
+
+fn queue_args(queues: &[&str]) -> Vec<Value> {
+    queues.iter().map(|q| Value::from(*q)).collect()
+}
+
+/// What the probe saw: the earliest claimable `run_at` among the watched, unpaused queues and
+/// the medium's "now".
+pub(crate) struct ProbeResult {
+    pub(crate) earliest: Option<Timestamp>,
+    pub(crate) now: Timestamp,
+}
+
+impl ProbeResult {
+    /// `None` when something is ready now; else how long until the next due task, if any.
+    pub(crate) fn wait(&self) -> Option<Option<Duration>> {
+        match self.earliest {
+            Some(at) if at <= self.now => None,
+            Some(at) => Some(Some(at.duration_since(self.now))),
+            None => Some(None),
+        }
+    }
+}
+
+/// The read-only probe: one statement on a read connection, no transaction, no lock.
+pub(crate) async fn probe(
+    core: &Core,
+    opts: &ResolvedOptions,
+    queues: &[&str],
+) -> taskgate::Result<ProbeResult> {
+    let per_queue = queues
+        .iter()
+        .map(|_| {
+            "SELECT MIN(run_at) AS m FROM {tasks} WHERE queue = ? \
+             AND status IN ('pending', 'retrying') AND queue NOT IN (SELECT queue FROM {paused})"
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    let sql = core.render(&format!("SELECT MIN(m), COALESCE(?, {{now}}) FROM ({per_queue}) e"));
+    let mut args = vec![core.now_override(opts)];
+    args.extend(queue_args(queues));
+    let rows = core
+        .adapter
+        .read(&sql, &args, &[Kind::Int, Kind::Int])
+        .await
+        .map_err(|e| core.backend_error(e))?;
+    let row = rows.first().map(Vec::as_slice).unwrap_or_default();
+    let c = crate::value::Cols(row);
+    let earliest = c.opt_int(0).map_err(|e| core.backend_error(decode(e)))?;
+    let now = c.int(1).map_err(|e| core.backend_error(decode(e)))?;
+    Ok(ProbeResult {
+        earliest: earliest.map(Timestamp::from_millis),
+        now: Timestamp::from_millis(now),
+    })
+}
+
+fn decode(e: crate::value::DecodeError) -> crate::DbError {
+    crate::DbError::Decode(Box::new(e))
+}
+
+/// Claims up to `max` ready tasks from `queues` inside the transaction, in `(run_at, id)` order.
+pub(crate) async fn claim(
+    tx: &mut Tx<'_>,
+    queues: &[&str],
+    max: usize,
+) -> Result<Vec<Task>, TxFail> {
+    let now = tx.now().await?;
+    let mut tasks = match tx.core.dialect.claim_shape() {
+        ClaimShape::UpdateReturning => update_returning(tx, queues, max, now).await?,
+        ClaimShape::SelectThenUpdate => select_then_update(tx, queues, max, now).await?,
+    };
+    tasks.sort_by(|a, b| (a.run_at, &a.id).cmp(&(b.run_at, &b.id)));
+    for task in &tasks {
+        tx.snapshot(task);
+    }
+    Ok(tasks)
+}
+
+/// `lease_until` per queue: `CASE queue WHEN ? THEN ? … ELSE ? END`, or one `?` when every
+/// watched queue has the default TTL.
+fn lease_expr(opts: &ResolvedOptions, queues: &[&str], now: Timestamp) -> (String, Vec<Value>) {
+    let deadline = |q: &str| Value::from(now.saturating_add(opts.ttl(q)));
+    let special: Vec<&str> =
+        queues.iter().copied().filter(|q| opts.ttl(q) != opts.default_lease_ttl).collect();
+    if special.is_empty() {
+        return ("?".to_owned(), vec![Value::from(now.saturating_add(opts.default_lease_ttl))]);
+    }
+    let mut args = Vec::new();
+    let mut sql = "CASE queue".to_owned();
+    for q in special {
+        sql.push_str(" WHEN ? THEN ?");
+        args.extend([Value::from(q), deadline(q)]);
+    }
+    sql.push_str(" ELSE ? END");
+    args.push(Value::from(now.saturating_add(opts.default_lease_ttl)));
+    (sql, args)
+}
+
+async fn update_returning(
+    tx: &mut Tx<'_>,
+    queues: &[&str],
+    max: usize,
+    now: Timestamp,
+) -> Result<Vec<Task>, TxFail> {
+    let (lease, lease_args) = lease_expr(tx.opts, queues, now);
+    let sql = tx.core.render(&format!(
+        "UPDATE {{tasks}} SET status = 'running', lease_token = {token}, lease_until = {lease}, \
+         started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END \
+         WHERE id IN (SELECT id FROM {{tasks}} WHERE {ready} ORDER BY run_at, id LIMIT ?) \
+         RETURNING {{cols}}",
+        token = tx.core.dialect.claim_token_sql(),
+        ready = ready_where(queues.len()),
+    ));
+    let mut args = vec![Value::Text(id::new_ulid())];
+    args.extend(lease_args);
+    args.push(Value::from(now));
+    args.extend(queue_args(queues));
+    args.push(Value::from(now));
+    args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));
+    let rows = tx.fetch(&sql, &args, &TASK_KINDS).await?;
+    Ok(decode_all(&rows)?.into_iter().map(|r| r.task).collect())
+}
+
+async fn select_then_update(
+    tx: &mut Tx<'_>,
+    queues: &[&str],
+    max: usize,
+    now: Timestamp,
+) -> Result<Vec<Task>, TxFail> {
+    let sql = tx.core.render(&format!(
+        "SELECT {{cols}} FROM {{tasks}} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
+        ready_where(queues.len())
+    ));
+    let mut args = queue_args(queues);
+    args.push(Value::from(now));
+    args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));
+    let rows = decode_all(&tx.fetch(&sql, &args, &TASK_KINDS).await?)?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let claimed: Vec<TaskRow> = rows.into_iter().map(|r| mark_claimed(tx.opts, r, now)).collect();
+    let n = claimed.len();
+    let mut sql = "UPDATE {tasks} SET status = 'running', lease_token = CASE id".to_owned();
+    sql.push_str(&" WHEN ? THEN ?".repeat(n));
+    sql.push_str(" END, lease_until = CASE id");
+    sql.push_str(&" WHEN ? THEN ?".repeat(n));
+    sql.push_str(" END, started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END ");
+    sql.push_str(&format!("WHERE id IN ({})", placeholders(n)));
+    let mut args = Vec::with_capacity(5 * n + 1);
+    for r in &claimed {
+        args.extend([Value::from(&r.task.id), Value::from(&r.task.lease_token)]);
+    }
+    for r in &claimed {
+        args.extend([Value::from(&r.task.id), Value::Int(r.lease_until)]);
+    }
+    args.push(Value::from(now));
+    args.extend(claimed.iter().map(|r| Value::from(&r.task.id)));
+    tx.exec(&tx.core.render(&sql), &args).await?;
+    Ok(claimed.into_iter().map(|r| r.task).collect())
+}
+
+/// The in-memory image of a claim: running, a fresh token, the lease, `started_at` if unset.
+fn mark_claimed(opts: &ResolvedOptions, mut row: TaskRow, now: Timestamp) -> TaskRow {
+    row.task.status = Status::Running;
+    row.task.lease_token = id::new_ulid();
+    row.lease_until = now.saturating_add(opts.ttl(&row.task.queue)).as_millis();
+    if row.task.started_at.is_none() {
+        row.task.started_at = Some(now);
+    }
+    row
+}
+
+/// Returns claimed tasks nobody received to `pending` (token-checked, no counter changed):
+/// the cancel-safety path of extensions §E0.
+pub(crate) async fn unclaim(tx: &mut Tx<'_>, tasks: &[Task]) -> Result<(), TxFail> {
+    let sql = tx.core.sql(
+        "UPDATE {tasks} SET status = 'pending', lease_token = '', lease_until = 0 \
+         WHERE id = ? AND status = 'running' AND lease_token = ?",
+    );
+    for task in tasks {
+        tx.exec(&sql, &[Value::from(&task.id), Value::from(&task.lease_token)]).await?;
+    }
+    tx.wake();
+    Ok(())
+}

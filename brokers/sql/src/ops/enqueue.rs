@@ -1,0 +1,111 @@
+//! Enqueue (contract §3.4, §5.1, §5.2): key pre-check, preset-ID check, parents locked and
+//! checked, the submit decision, the row and its distinct-parent edges.
+
+use taskgate::decide::{submit_decision, SubmitDecision};
+use taskgate::{id, Error, ExistingTask, Status, Task};
+
+use super::{id_status, lock_statuses};
+use crate::core::{Tx, TxFail};
+use crate::row::TaskRow;
+use crate::{Kind, Value};
+
+/// Stores one validated task inside the transaction and returns the stored row.
+pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxFail> {
+    if !task.business_key.is_empty() {
+        if let Some(existing) = key_tail(tx, &task.business_key).await? {
+            return Err(Error::TaskExists { id: String::new(), existing: Some(existing) }.into());
+        }
+    }
+    let id = if task.id.is_empty() {
+        id::new_ulid()
+    } else {
+        let sql = tx.core.sql("SELECT id FROM {tasks} WHERE id = ?");
+        if !tx.fetch(&sql, &[Value::from(&task.id)], &[Kind::Text]).await?.is_empty() {
+            return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
+        }
+        task.id.clone()
+    };
+    let parents = task.distinct_parents();
+    let found = lock_statuses(tx, &parents).await?;
+    let mut statuses = Vec::with_capacity(parents.len());
+    for parent in &parents {
+        match found.iter().find(|(pid, _)| pid == parent) {
+            Some((pid, status)) => statuses.push((pid.as_str(), *status)),
+            None => return Err(Error::not_found(*parent).into()),
+        }
+    }
+    let decision = submit_decision(statuses.iter().copied(), task.on_parent_failure);
+    let row = build_row(tx, task, id, &decision).await?;
+    let sql = tx.core.sql(INSERT_SQL);
+    tx.exec(&sql, &row.insert_args()).await?;
+    insert_edges(tx, &row.task.id, &statuses).await?;
+    tx.snapshot(&row.task);
+    if row.task.status == Status::Pending {
+        tx.wake();
+    }
+    Ok(row)
+}
+
+/// The stored form of `task` under `decision`: broker-owned fields overwritten, times floored.
+async fn build_row(
+    tx: &mut Tx<'_>,
+    task: &Task,
+    id: String,
+    decision: &SubmitDecision,
+) -> Result<TaskRow, TxFail> {
+    let now = tx.now().await?;
+    let mut t = task.clone();
+    t.id = id;
+    t.status = decision.status();
+    t.created_at = now;
+    if t.run_at.is_zero() {
+        t.run_at = now;
+    }
+    t.lease_token.clear();
+    t.cancel_requested = false;
+    t.steps = 0;
+    t.resumes = 0;
+    if let SubmitDecision::Canceled { last_error } = decision {
+        t.last_error = last_error.clone();
+        t.finished_at = Some(now);
+    }
+    Ok(TaskRow { task: t, pending_parents: decision.pending_parents(), lease_until: 0 })
+}
+
+/// One edge per distinct parent; `done = 1` when the parent is already terminal.
+async fn insert_edges(
+    tx: &mut Tx<'_>,
+    child: &str,
+    parents: &[(&str, Status)],
+) -> Result<(), TxFail> {
+    if parents.is_empty() {
+        return Ok(());
+    }
+    let values = vec!["(?, ?, ?)"; parents.len()].join(", ");
+    let sql = tx
+        .core
+        .render(&format!("INSERT INTO {{deps}} (child_id, parent_id, done) VALUES {values}"));
+    let mut args = Vec::with_capacity(parents.len() * 3);
+    for (parent, status) in parents {
+        args.extend([Value::from(child), Value::from(*parent), Value::flag(status.is_terminal())]);
+    }
+    tx.exec(&sql, &args).await?;
+    Ok(())
+}
+
+/// The chain tail of `key` by time order (contract §3.4 step 2), if the key has executions.
+pub(crate) async fn key_tail(tx: &mut Tx<'_>, key: &str) -> Result<Option<ExistingTask>, TxFail> {
+    let sql = tx.core.sql(KEY_TAIL_SQL);
+    let rows = tx.fetch(&sql, &[Value::from(key)], &[Kind::Text, Kind::Text]).await?;
+    let Some(row) = rows.first() else { return Ok(None) };
+    let (execution_id, status) = id_status(row)?;
+    Ok(Some(ExistingTask { business_key: key.to_owned(), execution_id, status }))
+}
+
+/// Inserts one task row: every column of [`TASK_COLUMNS`](crate::row::TASK_COLUMNS).
+pub(crate) const INSERT_SQL: &str = "INSERT INTO {tasks} ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, \
+    ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// The key's latest execution: `ORDER BY created_at DESC, id DESC LIMIT 1`.
+pub(crate) const KEY_TAIL_SQL: &str = "SELECT id, status FROM {tasks} WHERE business_key = ? \
+    ORDER BY created_at DESC, id DESC LIMIT 1";

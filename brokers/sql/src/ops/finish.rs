@@ -1,0 +1,251 @@
+//! The token-checked writes of a running task (ack, fail, finish_canceled, requeue, heartbeat,
+//! save_step; contract §3.4, extensions §E3, §E8) and cancel.
+
+use taskgate::decide::{fail_outcome, texts};
+use taskgate::{AckItem, Error, Failure, Result, Status, Step, Timestamp};
+
+use super::propagate::propagate;
+use super::{check_token, finish, lock_task, release, write_row, Also};
+use crate::core::{Tx, TxFail};
+use crate::dialect::placeholders;
+use crate::row::TaskRow;
+use crate::{Kind, Value};
+
+/// Locks `id` and checks `token`; returns the row.
+async fn locked(tx: &mut Tx<'_>, id: &str, token: &str) -> Result<TaskRow, TxFail> {
+    let row = lock_task(tx, id).await?;
+    check_token(id, row.as_ref(), token)?;
+    row.ok_or_else(|| TxFail::Op(Error::not_found(id)))
+}
+
+/// Ack of several tasks: one locking read, one set-based UPDATE, then propagation for those
+/// with open child edges. Each item gets its own outcome.
+pub(crate) async fn ack_many(
+    tx: &mut Tx<'_>,
+    items: &[AckItem],
+) -> std::result::Result<Vec<Result<()>>, TxFail> {
+    let mut ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let (rows, with_children) = lock_with_children(tx, &ids).await?;
+    let now = tx.now().await?;
+    let mut outcomes = Vec::with_capacity(items.len());
+    let mut done: Vec<TaskRow> = Vec::new();
+    for item in items {
+        let row = rows.iter().find(|r| r.task.id == item.id);
+        let already = done.iter().any(|r| r.task.id == item.id);
+        let outcome = if already && row.is_some() {
+            Err(Error::lease_lost(&item.id))
+        } else {
+            check_token(&item.id, row, &item.token)
+        };
+        if let (Ok(()), Some(row)) = (&outcome, row) {
+            let mut row = row.clone();
+            finish(&mut row, Status::Completed, now)?;
+            row.task.result.clone_from(&item.result);
+            done.push(row);
+        }
+        outcomes.push(outcome);
+    }
+    complete_rows(tx, &done, now).await?;
+    let finished: Vec<(String, Status)> = done
+        .iter()
+        .filter(|r| with_children.contains(&r.task.id))
+        .map(|r| (r.task.id.clone(), Status::Completed))
+        .collect();
+    for row in &done {
+        tx.snapshot(&row.task);
+    }
+    if !done.is_empty() {
+        tx.wake();
+    }
+    propagate(tx, finished).await?;
+    Ok(outcomes)
+}
+
+/// Locks rows by ID and reports which have open child edges (so propagation is skipped for
+/// the common childless task without another round trip).
+async fn lock_with_children(
+    tx: &mut Tx<'_>,
+    ids: &[&str],
+) -> std::result::Result<(Vec<TaskRow>, Vec<String>), TxFail> {
+    if ids.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let sql = tx.core.render(&format!(
+        "SELECT {{cols}}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE d.parent_id = \
+         {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END FROM {{tasks}} WHERE id IN ({}) \
+         ORDER BY id{{lock}}",
+        placeholders(ids.len())
+    ));
+    let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
+    let raw = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int])).await?;
+    let mut rows = Vec::with_capacity(raw.len());
+    let mut with_children = Vec::new();
+    for r in &raw {
+        let row = TaskRow::decode(r)?;
+        if crate::value::Cols(r).int(crate::row::TASK_COLUMN_COUNT)? != 0 {
+            with_children.push(row.task.id.clone());
+        }
+        rows.push(row);
+    }
+    Ok((rows, with_children))
+}
+
+/// Writes `completed` for every row in one statement (results bound per row).
+async fn complete_rows(tx: &mut Tx<'_>, rows: &[TaskRow], now: Timestamp) -> Result<(), TxFail> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let n = rows.len();
+    let mut sql = "UPDATE {tasks} SET status = 'completed', result = CASE id".to_owned();
+    sql.push_str(&" WHEN ? THEN ?".repeat(n));
+    sql.push_str(" END, finished_at = ?, lease_token = '', lease_until = 0, cancel_requested = 0 ");
+    sql.push_str(&format!("WHERE id IN ({})", placeholders(n)));
+    let mut args = Vec::with_capacity(3 * n + 1);
+    for r in rows {
+        args.extend([Value::from(&r.task.id), Value::opt_bytes(r.task.result.as_deref())]);
+    }
+    args.push(Value::from(now));
+    args.extend(rows.iter().map(|r| Value::from(&r.task.id)));
+    tx.exec(&tx.core.render(&sql), &args).await?;
+    Ok(())
+}
+
+/// Fail (contract §4.1).
+pub(crate) async fn fail(
+    tx: &mut Tx<'_>,
+    id: &str,
+    token: &str,
+    failure: &Failure,
+) -> Result<(), TxFail> {
+    let mut row = locked(tx, id, token).await?;
+    let now = tx.now().await?;
+    let t = &row.task;
+    let out =
+        fail_outcome(t.attempts, t.max_retry, t.throttled, tx.opts.throttled_max, failure, now);
+    row.task.attempts = out.attempts;
+    row.task.throttled = out.throttled;
+    row.task.last_error = out.last_error;
+    if out.status == Status::Failed {
+        finish(&mut row, Status::Failed, now)?;
+    } else {
+        taskgate::transition(row.task.status, out.status)?;
+        row.task.status = out.status;
+        row.task.run_at = out.run_at.unwrap_or(now);
+        release(&mut row);
+    }
+    write_row(tx, &row, Also::Nothing).await?;
+    tx.snapshot(&row.task);
+    tx.wake();
+    if out.status == Status::Failed {
+        propagate(tx, vec![(row.task.id.clone(), Status::Failed)]).await?;
+    }
+    Ok(())
+}
+
+/// Cancel (contract §3.4): running ⇒ flag only; otherwise canceled and propagated.
+pub(crate) async fn cancel(tx: &mut Tx<'_>, id: &str) -> Result<(), TxFail> {
+    let mut row = lock_task(tx, id).await?.ok_or_else(|| Error::not_found(id))?;
+    let status = row.task.status;
+    if status.is_terminal() {
+        return Err(Error::AlreadyFinal { id: id.to_owned(), status }.into());
+    }
+    if status == Status::Running {
+        row.task.cancel_requested = true;
+        return write_row(tx, &row, Also::Nothing).await;
+    }
+    cancel_row(tx, row).await
+}
+
+/// Cancels a non-running row ("canceled"), writes it and propagates.
+async fn cancel_row(tx: &mut Tx<'_>, mut row: TaskRow) -> Result<(), TxFail> {
+    let now = tx.now().await?;
+    finish(&mut row, Status::Canceled, now)?;
+    row.task.last_error = texts::CANCELED.to_owned();
+    write_row(tx, &row, Also::Nothing).await?;
+    tx.snapshot(&row.task);
+    tx.wake();
+    propagate(tx, vec![(row.task.id.clone(), Status::Canceled)]).await
+}
+
+/// FinishCanceled: the worker's final write for a cancelled task.
+pub(crate) async fn finish_canceled(tx: &mut Tx<'_>, id: &str, token: &str) -> Result<(), TxFail> {
+    let row = locked(tx, id, token).await?;
+    cancel_row(tx, row).await
+}
+
+/// Requeue: back to pending, nothing counted, `run_at` kept.
+pub(crate) async fn requeue(tx: &mut Tx<'_>, id: &str, token: &str) -> Result<(), TxFail> {
+    let mut row = locked(tx, id, token).await?;
+    taskgate::transition(row.task.status, Status::Pending)?;
+    row.task.status = Status::Pending;
+    row.task.cancel_requested = false;
+    release(&mut row);
+    write_row(tx, &row, Also::Nothing).await?;
+    tx.snapshot(&row.task);
+    tx.wake();
+    Ok(())
+}
+
+/// Heartbeat: renews the lease; returns whether a cancel was requested (the caller reports
+/// `Canceled` after commit, so the renewal sticks).
+pub(crate) async fn heartbeat(tx: &mut Tx<'_>, id: &str, token: &str) -> Result<bool, TxFail> {
+    let row = locked(tx, id, token).await?;
+    let now = tx.now().await?;
+    let until = now.saturating_add(tx.opts.ttl(&row.task.queue));
+    let sql = tx.core.sql("UPDATE {tasks} SET lease_until = ? WHERE id = ?");
+    tx.exec(&sql, &[Value::from(until), Value::from(id)]).await?;
+    Ok(row.task.cancel_requested)
+}
+
+/// save_step (§E3); returns whether the task was cancelled instead of released.
+pub(crate) async fn save_step(
+    tx: &mut Tx<'_>,
+    id: &str,
+    token: &str,
+    step: &Step,
+) -> Result<bool, TxFail> {
+    let mut row = locked(tx, id, token).await?;
+    let now = tx.now().await?;
+    row.task.cursor.clone_from(&step.cursor);
+    row.task.progress = step.progress;
+    row.task.message.clone_from(&step.message);
+    row.task.steps = row.task.steps.saturating_add(1);
+    let canceled = row.task.cancel_requested;
+    if canceled {
+        finish(&mut row, Status::Canceled, now)?;
+        row.task.last_error = texts::CANCELED.to_owned();
+    } else {
+        taskgate::transition(row.task.status, Status::Pending)?;
+        row.task.status = Status::Pending;
+        row.task.attempts = 0;
+        row.task.run_at = now.saturating_add(step.delay);
+        release(&mut row);
+    }
+    write_row(tx, &row, Also::Cursor).await?;
+    tx.snapshot(&row.task);
+    tx.wake();
+    if canceled {
+        propagate(tx, vec![(row.task.id.clone(), Status::Canceled)]).await?;
+    }
+    Ok(canceled)
+}
+
+/// Pauses a queue (idempotent).
+pub(crate) async fn pause_queue(tx: &mut Tx<'_>, queue: &str) -> Result<(), TxFail> {
+    let now = tx.now().await?;
+    let table = format!("{}paused_queues", tx.core.prefix);
+    let sql = tx.core.dialect.insert_ignore(&table, "queue, paused_at", "?, ?", "queue");
+    let sql = tx.core.render(&sql);
+    tx.exec(&sql, &[Value::from(queue), Value::from(now)]).await?;
+    Ok(())
+}
+
+/// Resumes a queue and wakes claimers.
+pub(crate) async fn resume_queue(tx: &mut Tx<'_>, queue: &str) -> Result<(), TxFail> {
+    let sql = tx.core.sql("DELETE FROM {paused} WHERE queue = ?");
+    tx.exec(&sql, &[Value::from(queue)]).await?;
+    tx.wake();
+    Ok(())
+}

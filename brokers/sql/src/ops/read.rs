@@ -1,0 +1,94 @@
+//! Reads (contract §7): get, list, queue_len, counts, paused queues — plain pooled queries, no
+//! transaction, no row locks.
+
+use taskgate::{Counts, Filter, Result, Status, Task};
+
+use crate::core::Core;
+use crate::row::{TaskRow, TASK_KINDS};
+use crate::value::{Cols, DecodeError};
+use crate::{Kind, Row, Value};
+
+async fn read(core: &Core, sql: &str, args: &[Value], kinds: &[Kind]) -> Result<Vec<Row>> {
+    core.adapter.read(sql, args, kinds).await.map_err(|e| core.backend_error(e))
+}
+
+fn decoded<T>(core: &Core, r: std::result::Result<T, DecodeError>) -> Result<T> {
+    r.map_err(|e| core.backend_error(crate::DbError::Decode(Box::new(e))))
+}
+
+/// One task by ID.
+pub(crate) async fn get(core: &Core, id: &str) -> Result<Option<Task>> {
+    let sql = core.sql("SELECT {cols} FROM {tasks} WHERE id = ?");
+    let rows = read(core, &sql, &[Value::from(id)], &TASK_KINDS).await?;
+    match rows.first() {
+        None => Ok(None),
+        Some(r) => Ok(Some(decoded(core, TaskRow::decode(r))?.task)),
+    }
+}
+
+/// Tasks matching `filter` in `(created_at, id)` order, paged.
+pub(crate) async fn list(core: &Core, filter: &Filter) -> Result<Vec<Task>> {
+    let mut sql = "SELECT {cols} FROM {tasks} WHERE 1 = 1".to_owned();
+    let mut args = Vec::new();
+    let status = filter.status.map(Status::as_str).unwrap_or_default();
+    for (column, value) in [
+        ("type", filter.task_type.as_str()),
+        ("queue", filter.queue.as_str()),
+        ("status", status),
+        ("business_key", filter.business_key.as_str()),
+        ("owner", filter.owner.as_str()),
+    ] {
+        if !value.is_empty() {
+            sql.push_str(&format!(" AND {column} = ?"));
+            args.push(Value::from(value));
+        }
+    }
+    sql.push_str(" ORDER BY created_at, id");
+    let as_int = |n: usize| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
+    match (filter.limit, filter.offset) {
+        (0, 0) => {}
+        (0, offset) => {
+            sql.push_str(" LIMIT {limit_all} OFFSET ?");
+            args.push(as_int(offset));
+        }
+        (limit, offset) => {
+            sql.push_str(" LIMIT ? OFFSET ?");
+            args.extend([as_int(limit), as_int(offset)]);
+        }
+    }
+    let rows = read(core, &core.render(&sql), &args, &TASK_KINDS).await?;
+    rows.iter().map(|r| decoded(core, TaskRow::decode(r)).map(|r| r.task)).collect()
+}
+
+/// Pending and retrying tasks of `queue`, delayed ones included.
+pub(crate) async fn queue_len(core: &Core, queue: &str) -> Result<u64> {
+    let sql = core
+        .sql("SELECT COUNT(*) FROM {tasks} WHERE queue = ? AND status IN ('pending', 'retrying')");
+    let rows = read(core, &sql, &[Value::from(queue)], &[Kind::Int]).await?;
+    let n = decoded(core, Cols(rows.first().map(Vec::as_slice).unwrap_or_default()).int(0))?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// Counts by type and status.
+pub(crate) async fn counts(core: &Core) -> Result<Counts> {
+    let sql = core.sql("SELECT type, status, COUNT(*) FROM {tasks} GROUP BY type, status");
+    let rows = read(core, &sql, &[], &[Kind::Text, Kind::Text, Kind::Int]).await?;
+    let mut counts = Counts::new();
+    for r in &rows {
+        let c = Cols(r);
+        let status: Status = decoded(core, c.text(1))?.parse()?;
+        let n = u64::try_from(decoded(core, c.int(2))?).unwrap_or(0);
+        counts.entry(decoded(core, c.text(0))?).or_default().insert(status, n);
+    }
+    Ok(counts)
+}
+
+/// The paused queues, sorted by bytes (in Rust: database collations differ).
+pub(crate) async fn paused_queues(core: &Core) -> Result<Vec<String>> {
+    let sql = core.sql("SELECT queue FROM {paused}");
+    let rows = read(core, &sql, &[], &[Kind::Text]).await?;
+    let mut queues =
+        rows.iter().map(|r| decoded(core, Cols(r).text(0))).collect::<Result<Vec<_>>>()?;
+    queues.sort_unstable();
+    Ok(queues)
+}

@@ -1,0 +1,122 @@
+//! ReapExpired (contract §6) and defensive repair (§5.4): expired leases are locked and
+//! re-checked under the lock (a task finished meanwhile is not a candidate any more), decided
+//! with `reap_outcome`, written and propagated; then blocked tasks are re-decided from their
+//! stored parent lists.
+
+use taskgate::decide::{reap_outcome, submit_decision, texts, ReapOutcome, SubmitDecision};
+use taskgate::Status;
+
+use super::propagate::propagate;
+use super::{decode_all, finish, lock_statuses, release, write_row, Also};
+use crate::core::{Tx, TxFail};
+use crate::dialect::placeholders;
+use crate::row::{TaskRow, TASK_KINDS};
+use crate::Value;
+
+/// Steps 0 and 1: returns how many expired leases were handled.
+pub(crate) async fn reap_expired(tx: &mut Tx<'_>) -> Result<u64, TxFail> {
+    let now = tx.now().await?;
+    let sql = tx.core.sql(
+        "SELECT {cols} FROM {tasks} WHERE status = 'running' AND lease_until < ? \
+         ORDER BY id{skip_locked}",
+    );
+    let rows = decode_all(&tx.fetch(&sql, &[Value::from(now)], &TASK_KINDS).await?)?;
+    let mut handled = 0u64;
+    let mut finished = Vec::new();
+    for mut row in rows {
+        let t = &row.task;
+        match reap_outcome(t.cancel_requested, t.lease_lost, tx.opts.lease_lost_max) {
+            ReapOutcome::Canceled => {
+                finish(&mut row, Status::Canceled, now)?;
+                row.task.last_error = texts::CANCELED.to_owned();
+            }
+            ReapOutcome::Failed { lease_lost, last_error } => {
+                finish(&mut row, Status::Failed, now)?;
+                row.task.lease_lost = lease_lost;
+                row.task.last_error = last_error;
+            }
+            ReapOutcome::Pending { lease_lost } => {
+                taskgate::transition(row.task.status, Status::Pending)?;
+                row.task.status = Status::Pending;
+                row.task.lease_lost = lease_lost;
+                row.task.cancel_requested = false;
+                release(&mut row);
+            }
+        }
+        write_row(tx, &row, Also::Nothing).await?;
+        tx.snapshot(&row.task);
+        if row.task.status.is_terminal() {
+            finished.push((row.task.id.clone(), row.task.status));
+        }
+        handled += 1;
+    }
+    if handled > 0 {
+        tx.wake();
+    }
+    propagate(tx, finished).await?;
+    Ok(handled)
+}
+
+/// Step 2: defensive repair of blocked tasks (contract §5.4).
+pub(crate) async fn repair_blocked(tx: &mut Tx<'_>) -> Result<(), TxFail> {
+    let sql = tx.core.sql("SELECT {cols} FROM {tasks} WHERE status = 'blocked' ORDER BY id{lock}");
+    let rows = decode_all(&tx.fetch(&sql, &[], &TASK_KINDS).await?)?;
+    for row in rows {
+        repair_one(tx, row).await?;
+    }
+    Ok(())
+}
+
+async fn repair_one(tx: &mut Tx<'_>, mut row: TaskRow) -> Result<(), TxFail> {
+    let parents = row.task.distinct_parents();
+    let found = lock_statuses(tx, &parents).await?;
+    if found.len() != parents.len() {
+        return Ok(());
+    }
+    let ordered = parents
+        .iter()
+        .filter_map(|p| found.iter().find(|(id, _)| id == p).map(|(id, s)| (id.as_str(), *s)));
+    let decision = submit_decision(ordered, row.task.on_parent_failure);
+    let terminal: Vec<String> =
+        found.iter().filter(|(_, s)| s.is_terminal()).map(|(id, _)| id.clone()).collect();
+    match decision {
+        SubmitDecision::Pending => {
+            taskgate::transition(row.task.status, Status::Pending)?;
+            row.task.status = Status::Pending;
+            row.pending_parents = 0;
+            tx.snapshot(&row.task);
+            tx.wake();
+        }
+        SubmitDecision::Canceled { last_error } => {
+            let now = tx.now().await?;
+            finish(&mut row, Status::Canceled, now)?;
+            row.task.last_error = last_error;
+            tx.snapshot(&row.task);
+        }
+        SubmitDecision::Blocked { pending_parents } if pending_parents == row.pending_parents => {
+            return Ok(());
+        }
+        SubmitDecision::Blocked { pending_parents } => row.pending_parents = pending_parents,
+    }
+    mark_edges_done(tx, &row.task.id, &terminal).await?;
+    write_row(tx, &row, Also::Nothing).await?;
+    if row.task.status == Status::Canceled {
+        propagate(tx, vec![(row.task.id.clone(), Status::Canceled)]).await?;
+    }
+    Ok(())
+}
+
+/// Marks `child`'s edges to the given (terminal) parents done.
+async fn mark_edges_done(tx: &mut Tx<'_>, child: &str, parents: &[String]) -> Result<(), TxFail> {
+    if parents.is_empty() {
+        return Ok(());
+    }
+    let sql = tx.core.render(&format!(
+        "UPDATE {{deps}} SET done = 1 WHERE child_id = ? AND parent_id IN ({})",
+        placeholders(parents.len())
+    ));
+    let mut args = vec![Value::from(child)];
+    args.extend(parents.iter().map(Value::from));
+    tx.exec(&sql, &args).await?;
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! Replay (contract §8.3) and operator resume (extensions §E5).
+
+use taskgate::decide::{check_replay, check_resume, resume_decision};
+use taskgate::{id, Error, ReplayRequest, Status, Task};
+
+use super::{decode_all, lock_statuses, lock_task, release, write_row, Also};
+use crate::core::{Tx, TxFail};
+use crate::dialect::placeholders;
+use crate::row::{TaskRow, TASK_KINDS};
+use crate::{Kind, Value};
+
+/// Locks the replay target: by ID, or the key's chain tail ("the row no row replays").
+async fn locate(tx: &mut Tx<'_>, req: &ReplayRequest) -> Result<TaskRow, TxFail> {
+    if !req.execution_id.is_empty() {
+        let row = lock_task(tx, &req.execution_id).await?;
+        return row.ok_or_else(|| Error::not_found(&req.execution_id).into());
+    }
+    let sql = tx.core.sql(
+        "SELECT {cols} FROM {tasks} WHERE business_key = ? AND NOT EXISTS \
+         (SELECT 1 FROM {tasks} c WHERE c.replay_of = {tasks}.id){lock}",
+    );
+    let rows = decode_all(&tx.fetch(&sql, &[Value::from(&req.business_key)], &TASK_KINDS).await?)?;
+    rows.into_iter().next().ok_or_else(|| Error::not_found(&req.business_key).into())
+}
+
+/// True when some execution replays `id`.
+async fn is_replayed(tx: &mut Tx<'_>, id: &str) -> Result<bool, TxFail> {
+    let sql = tx.core.sql("SELECT id FROM {tasks} WHERE replay_of = ?");
+    Ok(!tx.fetch(&sql, &[Value::from(id)], &[Kind::Text]).await?.is_empty())
+}
+
+/// Replay: checks in the contract's order, then a new pending execution; the target is not
+/// written.
+pub(crate) async fn replay(tx: &mut Tx<'_>, req: &ReplayRequest) -> Result<Task, TxFail> {
+    let target = locate(tx, req).await?;
+    let replayed = is_replayed(tx, &target.task.id).await?;
+    check_replay(&target.task.id, target.task.status, replayed, req.allow_completed)?;
+    let now = tx.now().await?;
+    let old = &target.task;
+    let task = Task {
+        id: id::new_ulid(),
+        business_key: old.business_key.clone(),
+        replay_of: old.id.clone(),
+        task_type: old.task_type.clone(),
+        queue: old.queue.clone(),
+        payload: req.payload.clone().or_else(|| old.payload.clone()),
+        max_retry: old.max_retry,
+        on_parent_failure: old.on_parent_failure,
+        owner: old.owner.clone(),
+        status: Status::Pending,
+        run_at: now,
+        created_at: now,
+        ..Task::default()
+    };
+    let row = TaskRow { task, pending_parents: 0, lease_until: 0 };
+    let sql = tx.core.sql(super::enqueue::INSERT_SQL);
+    tx.exec(&sql, &row.insert_args()).await?;
+    tx.snapshot(&row.task);
+    tx.wake();
+    Ok(row.task)
+}
+
+/// Resume: same ID back to pending or blocked, counters zeroed, edges re-armed.
+pub(crate) async fn resume(tx: &mut Tx<'_>, id: &str) -> Result<Task, TxFail> {
+    let mut row = lock_task(tx, id).await?.ok_or_else(|| Error::not_found(id))?;
+    let replayed = is_replayed(tx, id).await?;
+    check_resume(id, row.task.status, replayed)?;
+    let parents = row.task.distinct_parents();
+    let found = lock_statuses(tx, &parents).await?;
+    let mut ordered = Vec::with_capacity(parents.len());
+    for p in &parents {
+        match found.iter().find(|(pid, _)| pid == p) {
+            Some((pid, s)) => ordered.push((pid.as_str(), *s)),
+            None => {
+                let reason = format!("parent {p} no longer exists");
+                return Err(Error::NotResumable { id: id.to_owned(), reason }.into());
+            }
+        }
+    }
+    let decision = resume_decision(id, ordered.iter().copied(), row.task.on_parent_failure)?;
+    let now = tx.now().await?;
+    taskgate::transition(row.task.status, decision.status())?;
+    let t = &mut row.task;
+    t.status = decision.status();
+    (t.attempts, t.lease_lost, t.throttled) = (0, 0, 0);
+    t.cancel_requested = false;
+    t.finished_at = None;
+    t.resumes = t.resumes.saturating_add(1);
+    t.run_at = now;
+    row.pending_parents = decision.pending_parents();
+    release(&mut row);
+    rearm_edges(tx, id, &ordered).await?;
+    write_row(tx, &row, Also::Nothing).await?;
+    tx.snapshot(&row.task);
+    tx.wake();
+    Ok(row.task)
+}
+
+/// Edge `done` = 1 for terminal parents, 0 for the others (docs/decisions.md).
+async fn rearm_edges(
+    tx: &mut Tx<'_>,
+    child: &str,
+    parents: &[(&str, Status)],
+) -> Result<(), TxFail> {
+    for done in [false, true] {
+        let ids: Vec<&str> =
+            parents.iter().filter(|(_, s)| s.is_terminal() == done).map(|(p, _)| *p).collect();
+        if ids.is_empty() {
+            continue;
+        }
+        let sql = tx.core.render(&format!(
+            "UPDATE {{deps}} SET done = ? WHERE child_id = ? AND parent_id IN ({})",
+            placeholders(ids.len())
+        ));
+        let mut args = vec![Value::flag(done), Value::from(child)];
+        args.extend(ids.iter().map(|p| Value::from(*p)));
+        tx.exec(&sql, &args).await?;
+    }
+    Ok(())
+}
