@@ -11,10 +11,11 @@ use crate::{task, CaseResult, Factory, Harness, SAFETY_TIMEOUT};
 const POLL: Duration = Duration::from_millis(10);
 
 /// Given a notify collector that records every snapshot and then panics, when `nt` (llm, q) is
-/// enqueued, claimed and acked with `"done"`, then every call succeeds and within 5 s (real)
-/// the collector holds `nt` as pending (type llm, queue q), running (with a token) and
-/// completed (result `"done"`, finished_at set); afterwards enqueuing `nt2` still works and it
-/// is pending.
+/// enqueued with a blocked child `nt-child` (qc), claimed and acked with `"done"`, then every
+/// call succeeds and within 5 s (real) the collector holds `nt` as pending (type llm, queue q),
+/// running (with a token) and completed (result `"done"`, finished_at set), and `nt-child` as
+/// pending — published by the same ack as `nt`'s completion, so a panic on one snapshot lost
+/// none that followed it; afterwards enqueuing `nt2` still works and it is pending.
 pub async fn c17_notify(factory: &dyn Factory) -> CaseResult {
     let seen: Arc<Mutex<Vec<Task>>> = Arc::default();
     let sink = seen.clone();
@@ -26,11 +27,16 @@ pub async fn c17_notify(factory: &dyn Factory) -> CaseResult {
     })
     .await?;
     h.enqueue(task("nt", "llm", "q")).await;
+    h.enqueue(task("nt-child", "llm", "qc").with_depends_on(["nt"])).await;
     let claimed = h.dequeue(&["q"]).await;
     assert_eq!(claimed.id, "nt", "claim from q returned the wrong task");
     h.broker.ack("nt", &claimed.lease_token, Some(br#""done""#.to_vec())).await?;
-    let wanted: [Wanted; 3] =
-        [("pending", is_pending), ("running", is_running), ("completed", is_completed)];
+    let wanted: [Wanted; 4] = [
+        ("nt pending", is_pending),
+        ("nt running", is_running),
+        ("nt completed", is_completed),
+        ("nt-child woken", |t| t.id == "nt-child" && t.status == Status::Pending),
+    ];
     wait_for_all(&seen, &wanted).await;
     let nt2 = h.enqueue(task("nt2", "llm", "q")).await;
     assert_eq!(nt2.status, Status::Pending, "nt2 after the panicking notifications");
@@ -75,7 +81,7 @@ async fn wait_for_all(seen: &Mutex<Vec<Task>>, wanted: &[Wanted]) {
                 .iter()
                 .map(|t| format!("{}:{}", t.id, t.status))
                 .collect();
-            panic!("within {SAFETY_TIMEOUT:?} no notify snapshot of nt {missing:?}; got {got:?}");
+            panic!("within {SAFETY_TIMEOUT:?} no notify snapshot {missing:?}; got {got:?}");
         }
         tokio::time::sleep(POLL).await;
     }
