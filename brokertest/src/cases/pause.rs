@@ -1,5 +1,6 @@
 //! Queue pause (extensions §E4).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use taskgate::{Broker, Failure, Status, Task};
@@ -23,17 +24,12 @@ pub async fn c25_queue_pause(factory: &dyn Factory) -> CaseResult {
     h.broker.pause_queue("qp").await?;
     let after = (h.broker.queue_len("qp").await?, h.broker.counts().await?);
     assert_eq!(after, before, "pausing changed queue_len(qp) or counts");
-    for b in [&h.broker, &second] {
-        assert_eq!(b.paused_queues().await?, ["ahead", "qp"], "paused queues");
-        expect_blocked_on(&**b, &["qp"]).await;
-    }
+    paused_everywhere(&h, &second, &["ahead", "qp"]).await?;
     let other = claim_on(&*h.broker, &["qp", "qo"]).await;
     assert_eq!(other.id, "o1", "a claim over [qp, qo] must skip paused qp");
     h.broker.ack("o1", &other.lease_token, None).await?;
     still_lands_while_paused(&h, &fin, &rt).await?;
-    for b in [&h.broker, &second] {
-        expect_blocked_on(&**b, &["qp"]).await;
-    }
+    paused_everywhere(&h, &second, &["ahead", "qp"]).await?;
     let mut waiter = h.spawn_dequeue(&["qp"]);
     waiter.still_blocked().await;
     h.broker.resume_queue("qp").await?;
@@ -45,6 +41,15 @@ pub async fn c25_queue_pause(factory: &dyn Factory) -> CaseResult {
     h.broker.resume_queue("qp").await?;
     h.broker.resume_queue("never-paused").await?;
     h.finish().await
+}
+
+/// Both handles list `paused` and neither claims from qp.
+async fn paused_everywhere(h: &Harness, second: &Arc<dyn Broker>, paused: &[&str]) -> CaseResult {
+    for b in [&h.broker, second] {
+        assert_eq!(b.paused_queues().await?, paused, "paused queues on {}", b.backend());
+        expect_blocked_on(&**b, &["qp"]).await;
+    }
+    Ok(())
 }
 
 /// Claims `fin` and `rt` (max_retry 3) from qp, then enqueues p1 (qp), o1 and par (qo) and pc

@@ -13,9 +13,10 @@ fn step(cursor: &[u8], progress: u8, message: &str, delay: Duration) -> Step {
     Step { cursor: Some(cursor.to_vec()), progress: Some(progress), message: message.into(), delay }
 }
 
-/// Given `st` (queue qs, max_retry 3) claimed after a business failure (attempts 1), when it
-/// saves a step (cursor "a", progress 40, delay 5 s), then it is pending with steps 1, attempts
-/// 0, no token and run_at now + 5 s; it is not claimable at +4.999 s, and a dequeue waiting
+/// Given `st` (queue qs, max_retry 3, imported with lease_lost 1 and throttled 2) claimed after
+/// a business failure (attempts 1), when it saves a step (cursor "a", progress 40, delay 5 s),
+/// then it is pending with steps 1, attempts 0, lease_lost and throttled unchanged, no token
+/// and run_at now + 5 s; it is not claimable at +4.999 s, and a dequeue waiting
 /// then gets it at +5 s with cursor "a" and progress 40. The old token (and an empty one) is
 /// `LeaseLost`; delay 61 s or progress 101 is `InvalidInput` (delay, progress) and nothing
 /// changed; delay 60 s and progress 100 are accepted.
@@ -29,6 +30,7 @@ pub async fn c23_step_checkpoint(factory: &dyn Factory) -> CaseResult {
     let got = (saved.status, saved.steps, saved.attempts, saved.lease_token.as_str(), saved.run_at);
     assert_eq!(got, expected, "st after save_step: (status, steps, attempts, token, run_at)");
     assert_checkpoint(&saved, b"a", 40, "40 of 100 pages");
+    assert_eq!((saved.lease_lost, saved.throttled), (1, 2), "save_step keeps the other counters");
     h.advance(Duration::from_secs(5) - MS);
     h.expect_blocked(&["qs"]).await;
     let mut waiter = h.spawn_dequeue(&["qs"]);
@@ -51,7 +53,9 @@ pub async fn c23_step_checkpoint(factory: &dyn Factory) -> CaseResult {
 /// Claims `st`, fails it with a business error retried now, and claims it again (attempts 1);
 /// returns the second claim's token.
 async fn claim_after_failure(h: &Harness) -> Result<String, taskgate::Error> {
-    h.enqueue(task("st", "job", "qs").with_max_retry(3)).await;
+    let imported =
+        Task { lease_lost: 1, throttled: 2, ..task("st", "job", "qs").with_max_retry(3) };
+    h.enqueue(imported).await;
     let first = h.dequeue(&["qs"]).await;
     h.broker.fail("st", &first.lease_token, Failure::business("flaky", h.now())).await?;
     let again = h.dequeue(&["qs"]).await;
