@@ -8,10 +8,10 @@ use super::basics::must;
 use crate::{task, CaseResult, Factory, Harness};
 
 /// Given lease TTL 60 s and cap 3, when `lr` is claimed and the reaper runs: a lease ending
-/// exactly now is still valid (0); 1 s later it is reaped (1) back to `pending`
-/// with lease_lost 1, no token and started_at kept; a heartbeat 45 s into the next claim keeps
-/// it running 90 s after the claim (0) until 61 s later (1, lease_lost 2); the third expiry
-/// fails it with lease_lost 3, "lease expired 3 times" and finished_at = now.
+/// exactly now is still valid (0); 1 s later it is reaped (1) back to `pending` with
+/// lease_lost 1, no token, run_at and started_at kept; a heartbeat 45 s into the next claim
+/// keeps it running 90 s after the claim (0) until 61 s later (1, lease_lost 2); the third
+/// expiry fails it with lease_lost 3, "lease expired 3 times" and finished_at = now.
 pub async fn c07_lease_reap(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?;
     h.enqueue(task("lr", "llm", "q")).await;
@@ -26,6 +26,7 @@ pub async fn c07_lease_reap(factory: &dyn Factory) -> CaseResult {
     assert_eq!(got.lease_lost, 1, "lr: lease_lost after the first expiry");
     assert!(got.lease_token.is_empty(), "lr: the reaper must clear the token");
     assert_eq!(got.started_at, first.started_at, "lr: the reaper must keep started_at");
+    assert_eq!(got.run_at, first.run_at, "lr: the reaper must keep run_at");
 
     let second = h.dequeue(&["q"]).await;
     h.advance(Duration::from_secs(45));

@@ -146,8 +146,8 @@ pub async fn c08_stale_token(factory: &dyn Factory) -> CaseResult {
 }
 
 /// Given `rq` (max_retry 3) failed once and claimed again, with a cancel requested while it
-/// runs, when it is requeued then it is `pending` with attempts, lease_lost, throttled and
-/// run_at unchanged, no token and the cancel request cleared (a new claim heartbeats fine).
+/// runs, when it is requeued 1 s after the claim then it is `pending` with attempts,
+/// lease_lost, throttled and run_at unchanged, no token and the cancel request cleared (a new claim heartbeats fine).
 pub async fn c15_requeue_no_count(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?;
     h.enqueue(task("rq", "llm", "q").with_max_retry(3)).await;
@@ -161,6 +161,8 @@ pub async fn c15_requeue_no_count(factory: &dyn Factory) -> CaseResult {
     let claimed = h.dequeue(&["q"]).await;
     assert_eq!(claimed.id, "rq", "the re-claim must return rq");
     let before = h.get("rq").await;
+    // Time passes while it runs, so a requeue that rewrote run_at to now would show.
+    h.advance(Duration::from_secs(1));
 
     must(h.broker.cancel("rq").await, "cancel running rq")?;
     let flagged = h.get("rq").await;
