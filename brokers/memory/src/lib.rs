@@ -41,6 +41,8 @@ mod query;
 mod quota;
 mod reap;
 mod state;
+#[cfg(test)]
+mod tests;
 mod txn;
 
 #[cfg(feature = "testing")]
