@@ -1,0 +1,7 @@
+//! The model-based test (extensions §E12) against the in-memory backend: 256 random sequences
+//! by default (`TASKGATE_MODEL_CASES` overrides), each compared step by step with the model.
+
+#[test]
+fn memory_matches_the_model() {
+    brokertest::model::model_test(taskgate_memory::testing::MemoryFactory, 256);
+}
