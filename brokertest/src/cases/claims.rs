@@ -13,10 +13,10 @@ use crate::{task, CaseResult, Factory, Harness, REAL_WINDOW, SAFETY_TIMEOUT};
 /// How many claimers race for one task in c03.
 const RACERS: usize = 100;
 
-/// Given one ready task `only`, when 100 dequeues race for it and every other dequeue is
-/// cancelled (dropped) as soon as one returns, then exactly one claims it with a token, all
-/// others stop within 5 s without a result, `only` is `running` under the winner's token, and
-/// no dropped claimer takes a task enqueued afterwards.
+/// Given one ready task `only`, when 100 dequeues race for it, then exactly one claims it with
+/// a token while the others keep blocking (observed for 100 ms after the first returned);
+/// cancelled by dropping, they all stop within 5 s without a result, `only` is `running`
+/// under the winner's token, and no dropped claimer takes a task enqueued afterwards.
 pub async fn c03_claim_mutex(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?;
     h.enqueue(task("only", "llm", "q")).await;
@@ -27,6 +27,14 @@ pub async fn c03_claim_mutex(factory: &dyn Factory) -> CaseResult {
         racers.spawn(async move { broker.dequeue(&["q"]).await });
     }
     let winner = first_claim(&mut racers, deadline).await;
+    // Every other claimer gets one observation window to try (and fail) to claim it too.
+    tokio::time::sleep(REAL_WINDOW).await;
+    if let Some(second) = racers.try_join_next() {
+        panic!(
+            "a second dequeue returned while the others must keep blocking: {}",
+            describe(second)
+        );
+    }
     racers.abort_all();
     let cancelled = drain_cancelled(&mut racers, deadline).await;
     assert_eq!(cancelled, RACERS - 1, "every other dequeue must end cancelled");
@@ -52,6 +60,14 @@ async fn first_claim(racers: &mut JoinSet<taskgate::Result<Task>>, deadline: Ins
         Ok(Some(Ok(Ok(t)))) => t,
         Ok(Some(Ok(Err(e)))) => panic!("a racing dequeue failed: {e}"),
         Ok(Some(Err(join))) => panic!("a racing dequeue panicked: {join}"),
+    }
+}
+
+fn describe(joined: Result<taskgate::Result<Task>, tokio::task::JoinError>) -> String {
+    match joined {
+        Ok(Ok(t)) => format!("claimed {} (token {})", t.id, t.lease_token),
+        Ok(Err(e)) => format!("failed: {e}"),
+        Err(join) => format!("ended: {join}"),
     }
 }
 
@@ -98,11 +114,9 @@ pub async fn c04_blocking_dequeue(factory: &dyn Factory) -> CaseResult {
     second.still_blocked().await;
     second.cancel().await;
     h.enqueue(task("after", "llm", "q")).await;
-    assert_eq!(
-        h.get("after").await.status,
-        Status::Pending,
-        "after: the cancelled waiter claimed it"
-    );
+    tokio::time::sleep(REAL_WINDOW).await;
+    let after = h.get("after").await;
+    assert_eq!(after.status, Status::Pending, "after: the cancelled waiter claimed it");
     assert_eq!(h.dequeue(&["q"]).await.id, "after", "after: must still be claimable");
     h.finish().await
 }
