@@ -1,0 +1,105 @@
+//! [`SqliteDialect`]: what SQLite says differently — `?` placeholders, local time, no row locks
+//! (`BEGIN IMMEDIATE` serialises writers), one-statement claims and quota upserts with
+//! `RETURNING`, and error classification by extended result code.
+
+use taskgate_sql::{
+    ClaimShape, DbError, DdlLock, Dialect, Placeholder, QuotaShape, RetryClass, TimeSource,
+    UniqueTarget,
+};
+
+/// SQLITE_CONSTRAINT_PRIMARYKEY.
+const CONSTRAINT_PRIMARYKEY: &str = "1555";
+/// SQLITE_CONSTRAINT_UNIQUE.
+const CONSTRAINT_UNIQUE: &str = "2067";
+
+/// The SQLite dialect.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SqliteDialect;
+
+/// The extended result code of a database error, as sqlx reports it.
+fn code(error: &DbError) -> Option<String> {
+    match error {
+        DbError::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
+impl Dialect for SqliteDialect {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn placeholder(&self) -> Placeholder {
+        Placeholder::Question
+    }
+
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Local
+    }
+
+    fn now_ms_sql(&self) -> &'static str {
+        "CAST(unixepoch('subsec') * 1000 AS INTEGER)"
+    }
+
+    fn lock_clause(&self) -> &'static str {
+        ""
+    }
+
+    fn skip_locked_clause(&self) -> &'static str {
+        ""
+    }
+
+    fn claim_shape(&self) -> ClaimShape {
+        ClaimShape::UpdateReturning
+    }
+
+    fn claim_token_sql(&self) -> &'static str {
+        "? || lower(hex(randomblob(10)))"
+    }
+
+    fn limit_all(&self) -> &'static str {
+        "-1"
+    }
+
+    fn insert_ignore(&self, table: &str, columns: &str, values: &str, key: &str) -> String {
+        format!("INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({key}) DO NOTHING")
+    }
+
+    fn quota_shape(&self, table: &str) -> QuotaShape {
+        QuotaShape::UpsertReturning {
+            sql: format!(
+                "INSERT INTO {table} (qkey, win, used, period) VALUES (?, \
+                 CAST(COALESCE(?, strftime('%s', 'now')) AS INTEGER) / ? * ?, 1, ?) \
+                 ON CONFLICT (qkey, win) DO UPDATE SET used = used + 1 WHERE used < ? \
+                 RETURNING win"
+            ),
+        }
+    }
+
+    fn ddl_lock(&self, _key: &str) -> Option<DdlLock> {
+        None
+    }
+
+    fn transactional_ddl(&self) -> bool {
+        true
+    }
+
+    fn retry_class(&self, _error: &DbError) -> RetryClass {
+        // One writer connection and BEGIN IMMEDIATE: no deadlocks; SQLITE_BUSY only after
+        // busy_timeout, which is the "medium unreachable" threshold.
+        RetryClass::Never
+    }
+
+    fn unique_violation(&self, error: &DbError, _prefix: &str) -> Option<UniqueTarget> {
+        match code(error)?.as_str() {
+            CONSTRAINT_PRIMARYKEY => Some(UniqueTarget::PrimaryKey),
+            // SQLite names the columns, not the index; the engine decides by operation.
+            CONSTRAINT_UNIQUE => Some(UniqueTarget::Unnamed),
+            _ => None,
+        }
+    }
+
+    fn max_params(&self) -> usize {
+        32_766
+    }
+}
