@@ -107,6 +107,8 @@ pub enum Call {
     Reap,
     /// Moves the clock forward (no broker call).
     Advance(Duration),
+    /// Moves the clock forward, then `reap_expired()`.
+    Lapse(Duration),
     /// `get(id)`.
     Get {
         /// Task.
@@ -308,6 +310,10 @@ impl Model {
             Call::Advance(d) => {
                 self.now = self.now.saturating_add(*d);
                 Outcome::Done
+            }
+            Call::Lapse(d) => {
+                self.now = self.now.saturating_add(*d);
+                self.reap().map_or_else(Outcome::Failed, Outcome::Count)
             }
             Call::Get { id } => Outcome::from_task(self.entry(id).map(|e| e.task.clone())),
             Call::List(filter) => Outcome::Tasks(self.list(filter)),

@@ -175,6 +175,10 @@ impl Exec {
                 self.clock.advance(*d);
                 Outcome::Done
             }
+            Call::Lapse(d) => {
+                self.clock.advance(*d);
+                count(bounded(b.reap_expired()).await?)
+            }
             Call::Get { id } => task(bounded(b.get(&self.id(id))).await?),
             Call::List(filter) => tasks(bounded(b.list(filter)).await?),
             _ => return Err(format!("the executor has no route for {call:?}")),

@@ -188,8 +188,14 @@ fn list() -> impl Strategy<Value = Op> {
 }
 
 fn advance() -> impl Strategy<Value = Op> {
-    let ms = vec![1u64, 1_000, 10_000, 19_999, 20_000, 20_001, 30_000, 59_999, 60_000, 60_001, 300_000];
+    let ms = vec![1u64, 1_000, 19_999, 20_000, 20_001, 59_999, 60_000, 60_001, 61_000, 300_000];
     select(ms).prop_map(|ms| Op::Advance(Duration::from_millis(ms)))
+}
+
+/// A lapse to (just before, at, just after) a lease deadline, or far beyond.
+fn lapse() -> impl Strategy<Value = Op> {
+    let ms = vec![19_999u64, 20_000, 20_001, 59_999, 60_000, 60_001, 61_000, 300_000];
+    select(ms).prop_map(|ms| Op::Lapse(Duration::from_millis(ms)))
 }
 
 fn running(m: &Model) -> BoxedStrategy<String> {
@@ -256,8 +262,9 @@ fn admin_ops(m: &Model, w: &Weights) -> Vec<(u32, BoxedStrategy<Op>)> {
         (w.finished, finished(m).prop_map(|id| Op::Resume { id }).boxed()),
         (w.finished, replay(m).boxed()),
         (w.finished, prune().boxed()),
-        (5, Just(Op::Reap).boxed()),
-        (8, advance().boxed()),
+        (2 + 2 * w.work, Just(Op::Reap).boxed()),
+        (4 + w.work, advance().boxed()),
+        (2 * w.work, lapse().boxed()),
         (1, any_id(m).prop_map(|id| Op::Get { id }).boxed()),
         (2, list().boxed()),
     ]

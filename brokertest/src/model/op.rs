@@ -212,6 +212,8 @@ pub enum Op {
     Reap,
     /// Move the clock forward.
     Advance(Duration),
+    /// Move the clock forward, then `reap_expired`.
+    Lapse(Duration),
     /// `get`.
     Get {
         /// Task.
@@ -313,6 +315,7 @@ impl Model {
             }),
             Op::Reap => Call::Reap,
             Op::Advance(d) => Call::Advance(*d),
+            Op::Lapse(d) => Call::Lapse(*d),
             Op::Get { id } => Call::Get { id: id.clone() },
             Op::List(spec) => Call::List(spec.filter()),
         }

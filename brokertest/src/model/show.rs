@@ -149,6 +149,7 @@ impl fmt::Display for Op {
             }
             Op::Reap => write!(f, "reap_expired"),
             Op::Advance(d) => write!(f, "advance {d:?}"),
+            Op::Lapse(d) => write!(f, "advance {d:?}, then reap_expired"),
             Op::Get { id } => write!(f, "get {id}"),
             Op::List(spec) => write!(f, "list {spec}"),
         }
