@@ -1,30 +1,11 @@
-//! Round trip and business-key idempotency (contract §1, §8.2), and the two small checks the
-//! other case files of this directory share.
+//! Round trip and business-key idempotency (contract §1, §8.2).
 
 use std::time::Duration;
 
-use taskgate::{
-    BoxError, Error, ErrorKind, ExistingTask, Failure, Filter, OnParentFailure, Status, Task,
-};
+use taskgate::{Error, ExistingTask, Failure, Filter, OnParentFailure, Status, Task};
 
+use super::check::must;
 use crate::{task, CaseResult, Factory, Harness};
-
-/// Passes an operation's value through, or fails the case with the step that went wrong.
-pub(super) fn must<T>(result: taskgate::Result<T>, step: &str) -> Result<T, BoxError> {
-    result.map_err(|e| format!("{step}: {e}").into())
-}
-
-/// Asserts that `result` is an error of `kind`; `step` names the task and the call.
-pub(super) fn expect_kind<T: std::fmt::Debug>(
-    result: taskgate::Result<T>,
-    kind: ErrorKind,
-    step: &str,
-) {
-    match result {
-        Err(e) => assert_eq!(e.kind(), kind, "{step}: expected {kind}, got error {e}"),
-        Ok(v) => panic!("{step}: expected {kind}, got success {v:?}"),
-    }
-}
 
 /// Given a pending parent `p1`, when `t1` (payload, max_retry 5, run_at now+3 min, depends on
 /// `p1`, ignore_parent_failure), `t2` (no run_at) and `t3` (preset last_error, started_at,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use taskgate::{AckItem, Broker, ErrorKind, Status, Task};
 use tokio::sync::Barrier;
 
-use super::lifecycle::{expect_err, expect_invalid, ids, stored_ids};
+use super::check::{expect_err, expect_invalid, ids, stored_ids};
 use crate::{task, CaseResult, Factory, Harness, REAL_WINDOW, SAFETY_TIMEOUT};
 
 /// Given stored task `pre`, when a batch holds one bad item (an empty type, a missing or later

@@ -7,7 +7,7 @@ use taskgate::{Error, Failure, Status, Task};
 use tokio::task::JoinSet;
 use tokio::time::{timeout_at, Instant};
 
-use super::basics::must;
+use super::check::must;
 use crate::{task, CaseResult, Factory, Harness, REAL_WINDOW, SAFETY_TIMEOUT};
 
 /// How many claimers race for one task in c03.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use taskgate::{ErrorKind, Failure, Filter, OnParentFailure, Status, Task};
 
-use super::basics::{expect_kind, must};
+use super::check::{expect_kind, must};
 use crate::{task, CaseResult, Factory, Harness};
 
 /// Given no parent, enqueueing a child of `no-such-parent` fails with `NotFound` and stores

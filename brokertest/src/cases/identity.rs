@@ -6,7 +6,7 @@ use std::time::Duration;
 use taskgate::{Broker, ErrorKind, Failure, Filter, ReplayRequest, Status, Task};
 use tokio::sync::Barrier;
 
-use super::lifecycle::expect_err;
+use super::check::expect_err;
 use crate::{task, CaseResult, Factory, Harness, SAFETY_TIMEOUT};
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use taskgate::Status;
 
-use super::basics::must;
+use super::check::must;
 use crate::{task, CaseResult, Factory, Harness};
 
 /// Given lease TTL 60 s and cap 3, when `lr` is claimed and the reaper runs: a lease ending

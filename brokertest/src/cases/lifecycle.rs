@@ -1,6 +1,5 @@
 //! Init and close (contract §3.2, extensions §E10 case 30): every method is guarded.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,36 +9,8 @@ use taskgate::{
     ReplayRequest, Reservation, Status, Step, Timestamp,
 };
 
+use super::check::{expect_err, ids, stored_ids};
 use crate::{spawn_dequeue_on, task, CaseResult, Factory, Harness, SAFETY_TIMEOUT};
-
-/// Asserts `result` failed with `kind` and returns the error (shared by this area's cases).
-pub(crate) fn expect_err<T>(result: taskgate::Result<T>, kind: ErrorKind, what: &str) -> Error {
-    match result {
-        Err(e) if e.kind() == kind => e,
-        Err(e) => panic!("{what}: expected {kind}, got {}: {e}", e.kind()),
-        Ok(_) => panic!("{what}: expected {kind}, but it succeeded"),
-    }
-}
-
-/// Asserts `result` is `InvalidInput` naming `field`.
-pub(crate) fn expect_invalid<T>(result: taskgate::Result<T>, field: &str, what: &str) {
-    match expect_err(result, ErrorKind::InvalidInput, what) {
-        Error::InvalidInput { field: got, .. } => {
-            assert_eq!(got, field, "{what}: InvalidInput names the wrong field");
-        }
-        other => panic!("{what}: InvalidInput of another shape: {other:?}"),
-    }
-}
-
-/// The IDs of every stored task, sorted.
-pub(crate) async fn stored_ids(broker: &dyn Broker) -> Result<BTreeSet<String>, Error> {
-    Ok(broker.list(&Filter::default()).await?.into_iter().map(|t| t.id).collect())
-}
-
-/// A sorted set of IDs from string literals.
-pub(crate) fn ids(names: &[&str]) -> BTreeSet<String> {
-    names.iter().map(|n| (*n).to_owned()).collect()
-}
 
 /// Given a running task `live` (token T) and a failed task `done` on the storage, when every
 /// Broker method (and a quota reserve) is called on a handle that was never initialised, then

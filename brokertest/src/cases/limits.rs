@@ -3,7 +3,7 @@
 use taskgate::validate::{validate_prefix, DEFAULT_MAX_PAYLOAD_BYTES};
 use taskgate::{Broker, Failure, ReplayRequest, Status, Step, Task};
 
-use super::lifecycle::{expect_invalid, ids, stored_ids};
+use super::check::{expect_invalid, ids, stored_ids};
 use crate::{task, CaseResult, Factory, Harness};
 
 /// Given an empty broker, when tasks break a limit — a 256-character id, type, queue or

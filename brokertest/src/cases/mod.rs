@@ -4,6 +4,7 @@
 
 mod basics;
 mod batches;
+mod check;
 mod claims;
 mod deps;
 mod identity;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use taskgate::{Broker, ErrorKind, Failure, Status, Task};
 
-use super::basics::{expect_kind, must};
+use super::check::{expect_kind, must};
 use crate::{task, CaseResult, Factory, Harness};
 
 /// Given `throttled_max = 3`, when `ok` is acked, `biz` (max_retry 2) fails three times with a

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use taskgate::{ErrorKind, PruneRequest, ReplayRequest, Status, Task, Timestamp};
 
-use super::lifecycle::{expect_err, expect_invalid, stored_ids};
+use super::check::{expect_err, expect_invalid, stored_ids};
 use crate::{task, CaseResult, Factory, Harness};
 
 const HOUR: Duration = Duration::from_secs(3600);

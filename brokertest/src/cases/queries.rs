@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use taskgate::{Counts, Failure, Filter, ReplayRequest, Status, Task};
 
-use super::basics::must;
+use super::check::must;
 use crate::{task, CaseResult, Factory, Harness};
 
 /// Given one task in each of the seven statuses (qa/llm: c1 completed, f1 failed, p1 pending;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use taskgate::{ErrorKind, Failure, ReplayRequest, Status, Step, Task};
 
-use super::lifecycle::expect_err;
+use super::check::expect_err;
 use crate::{task, CaseResult, Factory, Harness};
 
 /// Given `rs` (queue qr, max_retry 1) that lost a lease, was throttled, saved a step (cursor

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use taskgate::{ErrorKind, Failure, Status, Step, Task};
 
-use super::lifecycle::{expect_err, expect_invalid};
+use super::check::{expect_err, expect_invalid};
 use crate::{task, CaseResult, Factory, Harness};
 
 const MS: Duration = Duration::from_millis(1);
