@@ -275,11 +275,9 @@ impl fmt::Display for Outcome {
 
 /// A one-line summary of a snapshot: ID, status and the counters.
 pub fn brief(t: &Task) -> String {
-    let token = if t.lease_token.is_empty() { String::new() } else { format!(" {}", t.lease_token) };
-    format!(
-        "{} {}{token} a{}/l{}/t{}",
-        t.id, t.status, t.attempts, t.lease_lost, t.throttled
-    )
+    let token =
+        if t.lease_token.is_empty() { String::new() } else { format!(" {}", t.lease_token) };
+    format!("{} {}{token} a{}/l{}/t{}", t.id, t.status, t.attempts, t.lease_lost, t.throttled)
 }
 
 impl Model {
@@ -300,12 +298,16 @@ impl Model {
             }
             Call::Requeue { id, token } => Outcome::from_unit(self.requeue(id, token)),
             Call::Heartbeat { id, token } => Outcome::from_unit(self.heartbeat(id, token)),
-            Call::SaveStep { id, token, step } => Outcome::from_unit(self.save_step(id, token, step)),
+            Call::SaveStep { id, token, step } => {
+                Outcome::from_unit(self.save_step(id, token, step))
+            }
             Call::PauseQueue(q) => self.set_paused(q, true),
             Call::ResumeQueue(q) => self.set_paused(q, false),
             Call::Resume { id } => Outcome::from_task(self.resume(id)),
             Call::Replay(request) => Outcome::from_task(self.replay(request)),
-            Call::Prune(request) => self.prune(request).map_or_else(Outcome::Failed, Outcome::Count),
+            Call::Prune(request) => {
+                self.prune(request).map_or_else(Outcome::Failed, Outcome::Count)
+            }
             Call::Reap => self.reap().map_or_else(Outcome::Failed, Outcome::Count),
             Call::Advance(d) => {
                 self.now = self.now.saturating_add(*d);

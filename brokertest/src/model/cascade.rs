@@ -7,7 +7,7 @@ use taskgate::decide::{submit_decision, SubmitDecision};
 use taskgate::{OnParentFailure, Status};
 
 use super::call::Fault;
-use super::state::{Entry, Model};
+use super::state::{Edge, Entry, Model};
 use super::write::{distinct, release, set_status};
 
 impl Model {
@@ -48,7 +48,12 @@ impl Model {
 
     /// One child's reaction to a finished parent (`decideOnParentFinal`); true when the child
     /// was cancelled (its own children follow).
-    fn on_parent_final(&mut self, child: &str, parent: &str, parent_status: Status) -> Result<bool, Fault> {
+    fn on_parent_final(
+        &mut self,
+        child: &str,
+        parent: &str,
+        parent_status: Status,
+    ) -> Result<bool, Fault> {
         let now = self.now;
         let entry = self.entry_mut(child)?;
         entry.edges.iter_mut().filter(|e| e.parent == parent).for_each(|e| e.done = true);
@@ -111,7 +116,9 @@ impl Model {
         Ok(())
     }
 
-    /// Step 2: every blocked task whose parents all exist gets the submit decision again.
+    /// Step 2: every blocked task whose parents all exist gets the submit decision again,
+    /// and its edges are re-armed to match (done exactly for the terminal parents), so the
+    /// recounted `pending_parents` is always the number of open edges.
     fn repair(&mut self) -> Result<(), Fault> {
         for name in self.names_where(|e| e.task.status == Status::Blocked) {
             let entry = self.entry(&name)?;
@@ -124,6 +131,11 @@ impl Model {
             let Some(statuses) = statuses else { continue };
             let policy = entry.task.on_parent_failure;
             let decision = submit_decision(statuses.iter().map(|(p, s)| (p.as_str(), *s)), policy);
+            let entry = self.entry_mut(&name)?;
+            entry.edges = statuses
+                .into_iter()
+                .map(|(parent, s)| Edge { parent, done: s.is_terminal() })
+                .collect();
             self.apply_repair(&name, decision)?;
         }
         Ok(())
@@ -131,16 +143,10 @@ impl Model {
 
     fn apply_repair(&mut self, name: &str, decision: SubmitDecision) -> Result<(), Fault> {
         let entry = self.entry_mut(name)?;
+        entry.pending_parents = decision.pending_parents();
         match decision {
-            SubmitDecision::Pending => {
-                set_status(&mut entry.task, Status::Pending)?;
-                entry.pending_parents = 0;
-                Ok(())
-            }
-            SubmitDecision::Blocked { pending_parents } => {
-                entry.pending_parents = pending_parents;
-                Ok(())
-            }
+            SubmitDecision::Pending => set_status(&mut entry.task, Status::Pending),
+            SubmitDecision::Blocked { .. } => Ok(()),
             SubmitDecision::Canceled { last_error } => {
                 self.finish(name, Status::Canceled, Some(last_error))
             }

@@ -26,7 +26,10 @@ pub(crate) async fn compare_state(model: &Model, exec: &Exec) -> Result<(), Stri
         match bounded(exec.broker().queue_len(queue)).await? {
             Ok(n) if n == model.queue_len(queue) => {}
             Ok(n) => {
-                return Err(format!("queue_len({queue}): expected {}, got {n}", model.queue_len(queue)))
+                return Err(format!(
+                    "queue_len({queue}): expected {}, got {n}",
+                    model.queue_len(queue)
+                ))
             }
             Err(e) => return Err(format!("queue_len({queue}) failed: {e}")),
         }
@@ -81,7 +84,11 @@ pub(crate) fn diff_task(want: &Task, got: &Task) -> Vec<String> {
     field("throttled", want.throttled.to_string(), got.throttled.to_string());
     field("run_at", at(Some(want.run_at)), at(Some(got.run_at)));
     field("depends_on", format!("{:?}", want.depends_on), format!("{:?}", got.depends_on));
-    field("on_parent_failure", want.on_parent_failure.to_string(), got.on_parent_failure.to_string());
+    field(
+        "on_parent_failure",
+        want.on_parent_failure.to_string(),
+        got.on_parent_failure.to_string(),
+    );
     field("lease_token", format!("{:?}", want.lease_token), format!("{:?}", got.lease_token));
     field("created_at", at(Some(want.created_at)), at(Some(got.created_at)));
     field("started_at", at(want.started_at), at(got.started_at));

@@ -110,7 +110,11 @@ impl Exec {
     /// Performs `call` on the backend; `expected` is the model's outcome, used to pair new
     /// IDs and tokens and to decide how long a blocking dequeue is watched. `Err` means the
     /// backend hung.
-    pub(crate) async fn perform(&mut self, call: &Call, expected: &Outcome) -> Result<Outcome, String> {
+    pub(crate) async fn perform(
+        &mut self,
+        call: &Call,
+        expected: &Outcome,
+    ) -> Result<Outcome, String> {
         let raw = self.run(call, expected).await?;
         self.learn(expected, &raw);
         Ok(self.translate(raw))
@@ -196,11 +200,18 @@ impl Exec {
     async fn ack_many(&self, items: &[AckItem]) -> Result<Outcome, String> {
         let items: Vec<AckItem> = items
             .iter()
-            .map(|i| AckItem { id: self.id(&i.id), token: self.token(&i.token), result: i.result.clone() })
+            .map(|i| AckItem {
+                id: self.id(&i.id),
+                token: self.token(&i.token),
+                result: i.result.clone(),
+            })
             .collect();
         Ok(match bounded(self.broker.ack_many(&items)).await? {
             Ok(results) => Outcome::Items(
-                results.into_iter().map(|r| r.map_err(|e| Fault::from_error(&e, str::to_owned))).collect(),
+                results
+                    .into_iter()
+                    .map(|r| r.map_err(|e| Fault::from_error(&e, str::to_owned)))
+                    .collect(),
             ),
             Err(e) => Outcome::Failed(Fault::from_error(&e, str::to_owned)),
         })
@@ -210,7 +221,10 @@ impl Exec {
     /// generated ID or lease token on the backend side gets the model's name.
     fn learn(&mut self, expected: &Outcome, raw: &Outcome) {
         for (want, got) in snapshots(expected).iter().zip(snapshots(raw)) {
-            if is_generated(&want.id) && !self.ids.to_backend.contains_key(&want.id) && !self.ids.knows_backend(&got.id) {
+            if is_generated(&want.id)
+                && !self.ids.to_backend.contains_key(&want.id)
+                && !self.ids.knows_backend(&got.id)
+            {
                 self.ids.learn(&want.id, &got.id);
             }
             let same_task = self.ids.model(&got.id) == want.id;
@@ -223,9 +237,10 @@ impl Exec {
 
     fn translate(&self, raw: Outcome) -> Outcome {
         let fault = |f: Fault| match f.detail {
-            Detail::Existing { key, id, status } => {
-                Fault { kind: f.kind, detail: Detail::Existing { key, id: self.ids.model(&id), status } }
-            }
+            Detail::Existing { key, id, status } => Fault {
+                kind: f.kind,
+                detail: Detail::Existing { key, id: self.ids.model(&id), status },
+            },
             _ => f,
         };
         match raw {
@@ -233,7 +248,9 @@ impl Exec {
             Outcome::Tasks(ts) => Outcome::Tasks(ts.iter().map(|t| self.to_model(t)).collect()),
             Outcome::MaybeTask(t) => Outcome::MaybeTask(t.map(|t| self.to_model(&t))),
             Outcome::Failed(f) => Outcome::Failed(fault(f)),
-            Outcome::Items(items) => Outcome::Items(items.into_iter().map(|r| r.map_err(fault)).collect()),
+            Outcome::Items(items) => {
+                Outcome::Items(items.into_iter().map(|r| r.map_err(fault)).collect())
+            }
             other => other,
         }
     }

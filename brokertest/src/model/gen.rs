@@ -116,9 +116,19 @@ fn spec(m: &Model) -> impl Strategy<Value = TaskSpec> {
     let payload = option::of(0..3u8);
     let head = (id, select(TYPES.to_vec()), select(QUEUES.to_vec()), key);
     let tail = (parents(m), policy, delay, 0..=2u32, payload);
-    (head, tail).prop_map(|((id, task_type, queue, key), (parents, policy, delay, max_retry, payload))| {
-        TaskSpec { id, task_type, queue, key, parents, policy, delay_secs: delay, max_retry, payload }
-    })
+    (head, tail).prop_map(
+        |((id, task_type, queue, key), (parents, policy, delay, max_retry, payload))| TaskSpec {
+            id,
+            task_type,
+            queue,
+            key,
+            parents,
+            policy,
+            delay_secs: delay,
+            max_retry,
+            payload,
+        },
+    )
 }
 
 fn fail(m: &Model) -> impl Strategy<Value = Op> {
@@ -128,8 +138,12 @@ fn fail(m: &Model) -> impl Strategy<Value = Op> {
         2 => Just(FailKind::Skip),
     ];
     let retry = select(vec![None, Some(0i64), Some(1), Some(1), Some(30), Some(-5)]);
-    (running(m), token_ref(), kind, retry)
-        .prop_map(|(id, token, kind, retry_secs)| Op::Fail { id, token, kind, retry_secs })
+    (running(m), token_ref(), kind, retry).prop_map(|(id, token, kind, retry_secs)| Op::Fail {
+        id,
+        token,
+        kind,
+        retry_secs,
+    })
 }
 
 fn save_step(m: &Model) -> impl Strategy<Value = Op> {
@@ -151,8 +165,9 @@ fn replay(m: &Model) -> impl Strategy<Value = Op> {
         1 => (any_id(m), select(KEYS.to_vec())).prop_map(|(id, k)| ReplayTarget::Both(id, k)),
         1 => Just(ReplayTarget::Neither),
     ];
-    (target, any::<bool>(), option::weighted(0.3, 0..3u8))
-        .prop_map(|(target, allow_completed, payload)| Op::Replay { target, allow_completed, payload })
+    (target, any::<bool>(), option::weighted(0.3, 0..3u8)).prop_map(
+        |(target, allow_completed, payload)| Op::Replay { target, allow_completed, payload },
+    )
 }
 
 fn prune() -> impl Strategy<Value = Op> {
@@ -216,7 +231,8 @@ struct Weights {
 
 impl Weights {
     fn of(m: &Model) -> Self {
-        let count = |keep: fn(Status) -> bool| u32::try_from(names_in(m, keep).len()).unwrap_or(u32::MAX);
+        let count =
+            |keep: fn(Status) -> bool| u32::try_from(names_in(m, keep).len()).unwrap_or(u32::MAX);
         let scale = |n: u32| if n == 0 { 1 } else { 4 };
         Weights {
             claim: scale(count(Status::is_claimable)),
@@ -230,7 +246,10 @@ fn claims(w: &Weights) -> Vec<(u32, BoxedStrategy<Op>)> {
     let max = prop_oneof![40 => 1..=3usize, 1 => Just(0usize)];
     let some_queues = prop_oneof![40 => queues(), 1 => Just(Vec::new())];
     vec![
-        (4 * w.claim, (some_queues, max).prop_map(|(queues, max)| Op::Claim { queues, max }).boxed()),
+        (
+            4 * w.claim,
+            (some_queues, max).prop_map(|(queues, max)| Op::Claim { queues, max }).boxed(),
+        ),
         (w.claim, queues().prop_map(|queues| Op::ClaimOne { queues }).boxed()),
         (1, queues().prop_map(|queues| Op::Dequeue { queues }).boxed()),
     ]
@@ -239,9 +258,12 @@ fn claims(w: &Weights) -> Vec<(u32, BoxedStrategy<Op>)> {
 fn worker_ops(m: &Model, w: &Weights) -> Vec<(u32, BoxedStrategy<Op>)> {
     let held = || (running(m), token_ref());
     vec![
-        (4 * w.work, (held(), option::of(0..3u8))
-            .prop_map(|((id, token), result)| Op::Ack { id, token, result })
-            .boxed()),
+        (
+            4 * w.work,
+            (held(), option::of(0..3u8))
+                .prop_map(|((id, token), result)| Op::Ack { id, token, result })
+                .boxed(),
+        ),
         (w.work, vec(held(), 1..=3).prop_map(Op::AckMany).boxed()),
         (4 * w.work, fail(m).boxed()),
         (w.work, held().prop_map(|(id, token)| Op::FinishCanceled { id, token }).boxed()),

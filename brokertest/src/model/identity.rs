@@ -176,7 +176,8 @@ impl Model {
                     units.push(vec![t.id.clone()]);
                 }
             } else if request.include_keyed && keys_seen.insert(t.business_key.clone()) {
-                let chain: Vec<&Task> = rows.iter().filter(|r| r.business_key == t.business_key).collect();
+                let chain: Vec<&Task> =
+                    rows.iter().filter(|r| r.business_key == t.business_key).collect();
                 if chain.iter().all(|r| eligible(r)) {
                     units.push(chain.iter().map(|r| r.id.clone()).collect());
                 }

@@ -45,8 +45,10 @@
 //! * **Prune with a limit** may leave the backend a choice; the test then accepts any choice
 //!   that takes whole units (a key-less task, or a keyed chain), stays within the limit and
 //!   leaves out no unit that would still have fitted, and the model adopts it.
-//! * **Defensive repair** recalibrates `pending_parents` but never re-arms edges (§5.4 as
-//!   written), so a blocked child whose parent was resumed wakes on a later reap.
+//! * **Defensive repair** recounts `pending_parents` *and* re-arms the task's edges (done
+//!   exactly for the parents that are terminal). §5.4 only says "rewrite pending_parents";
+//!   without re-arming, a parent counted again (because it was resumed) could never decrement
+//!   the count, and the child would stay blocked until a later reap.
 //!
 //! # The model test
 //!
@@ -84,7 +86,9 @@ mod write;
 pub use call::{brief, Call, Detail, Fault, Outcome};
 pub use gen::ContractMachine;
 // pub use history::{history_test, run_history_check, HistoryConfig, HistoryFailure, HistoryReport};
-pub use op::{ListSpec, Op, ReplayTarget, StepSpec, TaskSpec, TokenRef, KEYS, PRESET_IDS, QUEUES, TYPES};
+pub use op::{
+    ListSpec, Op, ReplayTarget, StepSpec, TaskSpec, TokenRef, KEYS, PRESET_IDS, QUEUES, TYPES,
+};
 pub use run::{
     model_cases, model_test, run_model_test, ModelFailure, ModelReport, CASES_VAR, SEED_VAR,
     SHRINK_VAR, STEPS_VAR,

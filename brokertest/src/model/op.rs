@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use taskgate::{
-    AckItem, FailKind, Failure, Filter, OnParentFailure, PruneRequest, ReplayRequest, Status,
-    Step, Task, Timestamp,
+    AckItem, FailKind, Failure, Filter, OnParentFailure, PruneRequest, ReplayRequest, Status, Step,
+    Task, Timestamp,
 };
 
 use super::call::Call;
@@ -245,7 +245,11 @@ impl TaskSpec {
             queue: self.queue.to_owned(),
             payload: self.payload.map(|n| json("n", n)),
             max_retry: self.max_retry,
-            run_at: if self.delay_secs == 0 { Timestamp::ZERO } else { at(now, self.delay_secs * 1000) },
+            run_at: if self.delay_secs == 0 {
+                Timestamp::ZERO
+            } else {
+                at(now, self.delay_secs * 1000)
+            },
             depends_on: self.parents.clone(),
             on_parent_failure: self.policy,
             ..Task::default()
@@ -278,9 +282,11 @@ impl Model {
             Op::Claim { queues, max } => Call::TryDequeueMany { queues: owned(queues), max: *max },
             Op::ClaimOne { queues } => Call::TryDequeue { queues: owned(queues) },
             Op::Dequeue { queues } => Call::Dequeue { queues: owned(queues) },
-            Op::Ack { id, token: t, result } => {
-                Call::Ack { id: id.clone(), token: token(id, t), result: result.map(|n| json("r", n)) }
-            }
+            Op::Ack { id, token: t, result } => Call::Ack {
+                id: id.clone(),
+                token: token(id, t),
+                result: result.map(|n| json("r", n)),
+            },
             Op::AckMany(items) => Call::AckMany(
                 items
                     .iter()
@@ -297,7 +303,9 @@ impl Model {
                 Call::FinishCanceled { id: id.clone(), token: token(id, t) }
             }
             Op::Requeue { id, token: t } => Call::Requeue { id: id.clone(), token: token(id, t) },
-            Op::Heartbeat { id, token: t } => Call::Heartbeat { id: id.clone(), token: token(id, t) },
+            Op::Heartbeat { id, token: t } => {
+                Call::Heartbeat { id: id.clone(), token: token(id, t) }
+            }
             Op::SaveStep { id, token: t, step } => {
                 Call::SaveStep { id: id.clone(), token: token(id, t), step: step.to_step(id) }
             }
@@ -334,14 +342,23 @@ impl StepSpec {
     }
 }
 
-fn replay_request(target: &ReplayTarget, allow_completed: bool, payload: Option<u8>) -> ReplayRequest {
+fn replay_request(
+    target: &ReplayTarget,
+    allow_completed: bool,
+    payload: Option<u8>,
+) -> ReplayRequest {
     let (execution_id, business_key) = match target {
         ReplayTarget::Id(id) => (id.clone(), String::new()),
         ReplayTarget::Key(k) => (String::new(), (*k).to_owned()),
         ReplayTarget::Both(id, k) => (id.clone(), (*k).to_owned()),
         ReplayTarget::Neither => (String::new(), String::new()),
     };
-    ReplayRequest { execution_id, business_key, allow_completed, payload: payload.map(|n| json("p", n)) }
+    ReplayRequest {
+        execution_id,
+        business_key,
+        allow_completed,
+        payload: payload.map(|n| json("p", n)),
+    }
 }
 
 impl ListSpec {

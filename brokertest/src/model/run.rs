@@ -126,13 +126,24 @@ impl ModelFailure {
 ///
 /// Call it from a plain `#[test]` (it runs its own tokio runtime). An unreachable database
 /// skips (or fails with `TASKGATE_REQUIRE_DB=1`).
-pub fn run_model_test<F: Factory + 'static>(factory: F, cases: u32) -> Result<ModelReport, ModelFailure> {
+pub fn run_model_test<F: Factory + 'static>(
+    factory: F,
+    cases: u32,
+) -> Result<ModelReport, ModelFailure> {
     let backend = factory.name();
     let started = Instant::now();
     let rt = runtime().map_err(|e| ModelFailure::setup(backend.clone(), e))?;
     let seed = env_number(SEED_VAR).unwrap_or_else(fresh_seed);
-    let report = |skipped| ModelReport { backend: backend.clone(), cases, seed, elapsed: started.elapsed(), skipped };
-    if let Some(why) = rt.block_on(probe(&factory)).map_err(|e| ModelFailure::setup(backend.clone(), e))? {
+    let report = |skipped| ModelReport {
+        backend: backend.clone(),
+        cases,
+        seed,
+        elapsed: started.elapsed(),
+        skipped,
+    };
+    if let Some(why) =
+        rt.block_on(probe(&factory)).map_err(|e| ModelFailure::setup(backend.clone(), e))?
+    {
         return Ok(report(Some(why)));
     }
     let mut runner = TestRunner::new(config(cases, seed));
@@ -298,10 +309,14 @@ async fn open_prune(
     let plan = model.prune_plan(request).map_err(|f| format!("model: {f}"))?;
     let got = exec.perform(call, &Outcome::Count(0)).await?;
     let Outcome::Count(n) = got else {
-        return Err(format!("  expected: a count (limit {} leaves a choice)\n  got:      {got}", plan.limit));
+        return Err(format!(
+            "  expected: a count (limit {} leaves a choice)\n  got:      {got}",
+            plan.limit
+        ));
     };
     let remaining: BTreeSet<String> = exec.list_all().await?.into_iter().map(|t| t.id).collect();
-    let deleted: BTreeSet<String> = model.names().into_iter().filter(|n| !remaining.contains(n)).collect();
+    let deleted: BTreeSet<String> =
+        model.names().into_iter().filter(|n| !remaining.contains(n)).collect();
     if u64::try_from(deleted.len()).ok() != Some(n) {
         return Err(format!("  prune returned {n} but deleted {deleted:?}"));
     }

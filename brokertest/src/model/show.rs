@@ -28,7 +28,13 @@ fn secs(offset: i64) -> String {
 
 impl fmt::Display for TaskSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {{{} in {}", self.id.unwrap_or("<generated id>"), self.task_type, self.queue)?;
+        write!(
+            f,
+            "{} {{{} in {}",
+            self.id.unwrap_or("<generated id>"),
+            self.task_type,
+            self.queue
+        )?;
         if let Some(key) = self.key {
             write!(f, ", key {key}")?;
         }
@@ -141,7 +147,10 @@ impl fmt::Display for Op {
             }
             Op::Prune { before_ms, statuses, limit, include_keyed } => {
                 let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-                write!(f, "prune finished before now{before_ms:+}ms, statuses {names:?}, limit {limit}")?;
+                write!(
+                    f,
+                    "prune finished before now{before_ms:+}ms, statuses {names:?}, limit {limit}"
+                )?;
                 if *include_keyed {
                     write!(f, ", include_keyed")?;
                 }

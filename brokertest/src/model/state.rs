@@ -157,7 +157,8 @@ impl Model {
 
     /// Tasks matching `filter` in `(created_at, id)` order, then offset and limit (§7.2).
     pub fn list(&self, filter: &Filter) -> Vec<Task> {
-        let mut rows: Vec<&Entry> = self.tasks.values().filter(|e| filter.matches(&e.task)).collect();
+        let mut rows: Vec<&Entry> =
+            self.tasks.values().filter(|e| filter.matches(&e.task)).collect();
         rows.sort_by(|a, b| (a.task.created_at, &a.order).cmp(&(b.task.created_at, &b.order)));
         let rows = rows.into_iter().skip(filter.offset).map(|e| e.task.clone());
         if filter.limit == 0 {

@@ -6,9 +6,7 @@ use std::collections::HashSet;
 
 use taskgate::decide::submit_decision;
 use taskgate::validate::{MAX_MESSAGE_CHARS, MAX_STEP_DELAY};
-use taskgate::{
-    AckItem, ErrorKind, FailKind, Failure, Status, Step, Task, Timestamp,
-};
+use taskgate::{AckItem, ErrorKind, FailKind, Failure, Status, Step, Task, Timestamp};
 
 use super::call::{Detail, Fault, Outcome};
 use super::state::{Edge, Entry, Model};
@@ -171,7 +169,12 @@ impl Model {
     }
 
     /// `ack(id, token, result)`: completed, then propagation.
-    pub(crate) fn ack(&mut self, id: &str, token: &str, result: &Option<Vec<u8>>) -> Result<(), Fault> {
+    pub(crate) fn ack(
+        &mut self,
+        id: &str,
+        token: &str,
+        result: &Option<Vec<u8>>,
+    ) -> Result<(), Fault> {
         self.leased(id, token)?;
         self.entry_mut(id)?.task.result = result.clone();
         self.finish(id, Status::Completed, None)
