@@ -1,0 +1,172 @@
+//! [`PgDialect`]: what PostgreSQL says differently — `$n` placeholders, the server's clock in
+//! floored milliseconds, `FOR UPDATE [SKIP LOCKED]`, two-statement claims, the quota upsert
+//! with `RETURNING`, the in-transaction wake statement, the advisory DDL lock, and error
+//! classification by SQLSTATE on sqlx's structured error (never by message text).
+
+use taskgate_sql::{
+    ClaimShape, DbError, DdlLock, Dialect, Placeholder, QuotaShape, RetryClass, TimeSource,
+    UniqueTarget, Value,
+};
+
+/// SQLSTATE `unique_violation`.
+pub const UNIQUE_VIOLATION: &str = "23505";
+/// SQLSTATE `deadlock_detected`.
+pub const DEADLOCK_DETECTED: &str = "40P01";
+/// SQLSTATE `serialization_failure`.
+pub const SERIALIZATION_FAILURE: &str = "40001";
+
+/// The server's clock in unix milliseconds, floored. `clock_timestamp()` (not `now()`, the
+/// transaction's start) so a transaction that waited for a row lock judges leases by the time
+/// it got the lock.
+const NOW_MS: &str = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)";
+
+/// The PostgreSQL dialect.
+///
+/// `tag` identifies one broker handle in the payload of its wake-up notifications, so the
+/// handle's own listener can skip the wake-ups it already delivered in-process.
+#[derive(Clone, Debug, Default)]
+pub struct PgDialect {
+    tag: String,
+}
+
+impl PgDialect {
+    /// A dialect whose wake-up notifications carry `tag` as payload.
+    pub fn new(tag: impl Into<String>) -> PgDialect {
+        PgDialect { tag: tag.into() }
+    }
+
+    /// The wake statement of [`Dialect::wake_sql`] for `prefix`.
+    pub fn wake_sql_text(&self, prefix: &str) -> String {
+        // The prefix is validated (`^[a-z][a-z0-9_]{0,29}$`) and the tag is generated, so
+        // neither can close the literal.
+        format!("SELECT pg_notify('{}', '{}')", wake_channel(prefix), self.tag)
+    }
+
+    /// The payload of this handle's wake-up notifications.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+}
+
+/// The LISTEN/NOTIFY channel of a table prefix.
+pub fn wake_channel(prefix: &str) -> String {
+    format!("{prefix}wake")
+}
+
+/// The advisory-lock key of `key`: FNV-1a-64 of `"taskgate:" + key`, as a signed BIGINT
+/// (contract §11.2).
+pub fn advisory_key(key: &str) -> i64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = "taskgate:"
+        .bytes()
+        .chain(key.bytes())
+        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME));
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// The SQLSTATE of a database error, read from sqlx's structured error.
+pub fn sqlstate(error: &DbError) -> Option<String> {
+    match error {
+        DbError::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
+/// The quota reservation (contract §9.5 with `floor`, notes §15.4). Arguments: key, the
+/// now-seconds override or NULL, period, period, period (the row's `period` column), limit.
+fn quota_sql(table: &str) -> String {
+    format!(
+        "INSERT INTO {table} (qkey, win, used, period) VALUES (?, \
+         COALESCE(?, CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp())) AS BIGINT)) / ? * ?, 1, ?) \
+         ON CONFLICT (qkey, win) DO UPDATE SET used = {table}.used + 1 \
+         WHERE {table}.used < ? RETURNING win"
+    )
+}
+
+impl Dialect for PgDialect {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn placeholder(&self) -> Placeholder {
+        Placeholder::Dollar
+    }
+
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+
+    fn now_ms_sql(&self) -> &'static str {
+        NOW_MS
+    }
+
+    fn lock_clause(&self) -> &'static str {
+        " FOR UPDATE"
+    }
+
+    fn skip_locked_clause(&self) -> &'static str {
+        " FOR UPDATE SKIP LOCKED"
+    }
+
+    fn claim_shape(&self) -> ClaimShape {
+        ClaimShape::SelectThenUpdate
+    }
+
+    fn limit_all(&self) -> &'static str {
+        "9223372036854775807"
+    }
+
+    fn insert_ignore(&self, table: &str, columns: &str, values: &str, key: &str) -> String {
+        format!("INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({key}) DO NOTHING")
+    }
+
+    fn quota_shape(&self, table: &str) -> QuotaShape {
+        QuotaShape::UpsertReturning { sql: quota_sql(table) }
+    }
+
+    fn wake_sql(&self, prefix: &str) -> Option<String> {
+        Some(self.wake_sql_text(prefix))
+    }
+
+    fn ddl_lock(&self, key: &str) -> Option<DdlLock> {
+        let k = Value::Int(advisory_key(key));
+        Some(DdlLock {
+            lock_sql: "SELECT pg_advisory_lock(?)".to_owned(),
+            lock_args: vec![k.clone()],
+            lock_returns_one: false,
+            unlock_sql: "SELECT pg_advisory_unlock(?)".to_owned(),
+            unlock_args: vec![k],
+        })
+    }
+
+    fn transactional_ddl(&self) -> bool {
+        true
+    }
+
+    fn retry_class(&self, error: &DbError) -> RetryClass {
+        match sqlstate(error).as_deref() {
+            Some(DEADLOCK_DETECTED | SERIALIZATION_FAILURE) => RetryClass::Immediate,
+            _ => RetryClass::Never,
+        }
+    }
+
+    fn unique_violation(&self, error: &DbError, prefix: &str) -> Option<UniqueTarget> {
+        let DbError::Database(db) = error else { return None };
+        if db.code().as_deref() != Some(UNIQUE_VIOLATION) {
+            return None;
+        }
+        let target = match db.constraint() {
+            Some(c) if c == format!("{prefix}uq_chain_head") => UniqueTarget::ChainHead,
+            Some(c) if c == format!("{prefix}uq_replay_of") => UniqueTarget::ReplayOf,
+            Some(c) if c == format!("{prefix}tasks_pkey") => UniqueTarget::PrimaryKey,
+            _ => UniqueTarget::Unnamed,
+        };
+        Some(target)
+    }
+
+    fn max_params(&self) -> usize {
+        // The protocol's limit is 65,535 bound parameters per statement.
+        60_000
+    }
+}

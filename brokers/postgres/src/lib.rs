@@ -1,0 +1,197 @@
+//! `taskgate-postgres`: the PostgreSQL taskgate broker.
+//!
+//! [`PgBroker`] is the shared SQL engine ([`taskgate_sql::SqlBroker`]) on PostgreSQL:
+//!
+//! * **Claims** take `SELECT … FOR UPDATE SKIP LOCKED` then one `UPDATE` (single and
+//!   `dequeue_many`), so concurrent claimers never wait for each other nor share a task; every
+//!   write locks its row first, enqueue locks the parent rows, reads take no locks.
+//! * **Time** is the server's (`clock_timestamp()`, floored to milliseconds) unless a clock is
+//!   injected: every statement passes `COALESCE($n, <server now>)`, so workers on many
+//!   machines judge leases and delays by one clock (extensions §E1).
+//! * **Deadlocks** (`40P01`) and serialization failures (`40001`) are retried up to five
+//!   attempts with a real-time back-off; everything else is returned as is (contract §11.2).
+//!   [`PgBroker::tx_retries`] counts the retries.
+//! * **Wake-ups**: in-process waiters at once; other processes through `LISTEN/NOTIFY` on the
+//!   channel `<prefix>wake`, sent after commit; polling (200 ms by default) stays as the net,
+//!   and the listener re-listens by itself after its connection drops (extensions §E2).
+//! * **Schema**: `migrations/postgres/` applied by `init` under `pg_advisory_lock` on a
+//!   dedicated connection, recorded in `<prefix>schema_migrations` (extensions §E6).
+//! * **Transactional enqueue**: [`PgBroker::enqueue_in`] enqueues inside the caller's
+//!   transaction (extensions §E15).
+//!
+//! ```no_run
+//! # async fn demo() -> taskgate::Result<()> {
+//! use taskgate::{Broker, BrokerOptions, Task};
+//! use taskgate_postgres::PgBroker;
+//!
+//! let broker = PgBroker::connect("postgres://app@localhost/app").await?;
+//! broker.init(BrokerOptions::default()).await?;
+//! broker.enqueue(&Task::new("email", "mail")).await?;
+//! let claimed = broker.dequeue(&["mail"]).await?;
+//! broker.ack(&claimed.id, &claimed.lease_token, None).await?;
+//! # Ok(()) }
+//! ```
+
+mod adapter;
+mod conn;
+mod dialect;
+mod migrations;
+mod notifier;
+mod options;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+use std::sync::Arc;
+
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::Postgres;
+use taskgate::{Error, Result, Status, Task};
+use taskgate_sql::{EngineConfig, SqlBroker};
+
+pub use dialect::{
+    advisory_key, sqlstate, wake_channel, PgDialect, DEADLOCK_DETECTED, SERIALIZATION_FAILURE,
+    UNIQUE_VIOLATION,
+};
+pub use migrations::MIGRATIONS;
+pub use options::{
+    redact, PgOptions, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
+    DEFAULT_PREFIX,
+};
+
+use adapter::PgAdapter;
+use notifier::Notifier;
+
+/// The PostgreSQL broker. Clones share one handle (one pool, one listener).
+#[derive(Clone, Debug)]
+pub struct PgBroker {
+    inner: SqlBroker,
+    handle: Arc<Handle>,
+}
+
+/// What a handle owns besides the engine: its pool, its identity and its listener task.
+#[derive(Debug)]
+struct Handle {
+    pool: PgPool,
+    tag: String,
+    application_name: String,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+taskgate_sql::delegate_broker!(PgBroker, inner);
+
+impl PgBroker {
+    /// A broker on `url` with the default options (prefix `taskgate_`, 10 connections,
+    /// 200 ms poll). Does no I/O; `init` connects and migrates.
+    pub async fn connect(url: &str) -> Result<PgBroker> {
+        PgOptions::from_url(url)?.connect().await
+    }
+
+    /// A broker with `options`, checked before anything else (a bad prefix is
+    /// `InvalidInput { field: "prefix" }` and no SQL is ever built with it).
+    pub async fn connect_with(options: PgOptions) -> Result<PgBroker> {
+        options.check()?;
+        let tag = handle_tag();
+        let app = options.application_name.clone().unwrap_or_else(|| format!("taskgate:{tag}"));
+        let connect = options.connect.clone().application_name(&app);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.pool_size)
+            .min_connections(0)
+            .test_before_acquire(false)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(connect.clone());
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(connect.clone().application_name(&format!("{app}:listen")));
+        let dialect = PgDialect::new(tag.clone());
+        let channel = wake_channel(&options.prefix);
+        let adapter = PgAdapter {
+            pool: pool.clone(),
+            listen_pool: listen_pool.clone(),
+            connect: connect.application_name(&format!("{app}:migrate")),
+            wake_sql: dialect.wake_sql_text(&options.prefix).into(),
+            notifier: Notifier::spawn(pool.clone(), &channel, &tag),
+            reconnect_attempts: options.pool_size.saturating_add(2),
+        };
+        let config = EngineConfig {
+            prefix: options.prefix.clone(),
+            poll_interval: options.poll_interval,
+            migrations: MIGRATIONS,
+            migrate_on_init: true,
+        };
+        let inner = SqlBroker::new(Arc::new(adapter), Arc::new(dialect), config)?;
+        let listener =
+            tokio::spawn(notifier::listen(inner.clone(), listen_pool, channel, tag.clone()));
+        Ok(PgBroker {
+            inner,
+            handle: Arc::new(Handle { pool, tag, application_name: app, listener }),
+        })
+    }
+
+    /// Transactional enqueue (extensions §E15): the task is stored inside `tx`, invisible to
+    /// claimers until the caller commits and gone if it rolls back. A task that is ready at
+    /// once sends its wake-up notification in `tx` too, so waiters everywhere wake when (and
+    /// only when) the caller commits. Same validation and errors as `enqueue`; Notify is not
+    /// called. After a database error PostgreSQL has aborted `tx`: roll it back.
+    pub async fn enqueue_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, Postgres>,
+        task: &Task,
+    ) -> Result<Task> {
+        let conn: &mut sqlx::PgConnection = tx;
+        let stored = self.inner.enqueue_on(&mut conn::ConnRef(&mut *conn), task).await?;
+        if stored.status == Status::Pending {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(wake_channel(self.inner.prefix()))
+                .execute(conn)
+                .await
+                .map_err(|e| Error::backend("postgres", e))?;
+        }
+        Ok(stored)
+    }
+
+    /// How many transactions this handle retried after a deadlock or serialization failure.
+    pub fn tx_retries(&self) -> u64 {
+        self.inner.tx_retries()
+    }
+
+    /// The table prefix.
+    pub fn prefix(&self) -> &str {
+        self.inner.prefix()
+    }
+
+    /// The pool this handle runs on (for the caller's own transactions around
+    /// [`PgBroker::enqueue_in`]).
+    pub fn pool(&self) -> &PgPool {
+        &self.handle.pool
+    }
+
+    /// The `application_name` of this handle's pooled connections; the listener's adds
+    /// `:listen`, the migration session's `:migrate`.
+    pub fn application_name(&self) -> &str {
+        &self.handle.application_name
+    }
+
+    /// The payload of this handle's wake-up notifications (unique per handle).
+    pub fn tag(&self) -> &str {
+        &self.handle.tag
+    }
+
+    /// The engine underneath.
+    pub fn engine(&self) -> &SqlBroker {
+        &self.inner
+    }
+}
+
+/// A short identifier of one broker handle: the random tail of a ULID, lowercase.
+fn handle_tag() -> String {
+    let ulid = taskgate::id::new_ulid().to_ascii_lowercase();
+    ulid[ulid.len() - 10..].to_owned()
+}

@@ -1,0 +1,18 @@
+//! The embedded PostgreSQL migrations (`migrations/postgres/`), the same version numbers and
+//! names as every other dialect's (extensions §E6).
+
+use taskgate_sql::Migration;
+
+/// Every migration, in version order. Append only.
+pub static MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../../../migrations/postgres/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "steps_pause_owner",
+        sql: include_str!("../../../migrations/postgres/0002_steps_pause_owner.sql"),
+    },
+];

@@ -1,0 +1,340 @@
+//! The brokertest factory for PostgreSQL (extensions §E11): every case gets its own random
+//! table prefix (`tgtest_<time><random>_`, 30 characters) on one server, and its tables are
+//! dropped afterwards.
+//!
+//! Where the server comes from, in order:
+//! 1. `TASKGATE_PG_URL` (CI sets it, with `TASKGATE_REQUIRE_DB=1`);
+//! 2. unset and Docker reachable: a PostgreSQL 16 testcontainer, started once and reused by
+//!    every later test process (a named, reusable container: it is never left behind twice);
+//! 3. neither: [`brokertest::Unavailable`], so the suite skips loudly (or fails under
+//!    `TASKGATE_REQUIRE_DB=1`).
+//!
+//! A failed case may not clean up, so the first storage of a process also drops every
+//! `tgtest_` table set whose prefix was made more than an hour ago (the prefix carries its
+//! creation time).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use brokertest::{Factory, Storage, Unavailable};
+use sqlx::{Connection, PgConnection};
+use taskgate::{BoxError, Broker};
+use tokio::sync::OnceCell;
+
+use crate::{PgBroker, PgOptions};
+
+/// The environment variable naming the test server.
+pub const URL_VAR: &str = "TASKGATE_PG_URL";
+/// The prefix of every test table set.
+pub const TEST_PREFIX: &str = "tgtest_";
+/// Test table sets older than this are dropped by the sweep.
+pub const STALE_AFTER: Duration = Duration::from_secs(3600);
+/// Pool size of a test handle: small, since cases run in parallel on one server.
+pub const TEST_POOL_SIZE: u32 = 4;
+/// Poll interval of a test handle.
+pub const TEST_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The tables of one prefix, children first.
+pub const TABLES: [&str; 5] = ["task_deps", "paused_queues", "quota", "tasks", "schema_migrations"];
+
+#[derive(Clone, Debug)]
+enum Source {
+    Url(String),
+    Container,
+    Broken(String),
+    Unavailable(String),
+}
+
+/// Hands each contract case a fresh table prefix on a PostgreSQL server.
+#[derive(Clone, Debug)]
+pub struct PgFactory {
+    source: Source,
+    pool_size: u32,
+    poll_interval: Duration,
+}
+
+impl PgFactory {
+    /// A factory on the server at `url` (checked now: a bad URL is `InvalidInput { field:
+    /// "url" }`).
+    pub fn from_url(url: &str) -> taskgate::Result<PgFactory> {
+        PgOptions::from_url(url)?;
+        Ok(PgFactory::with_source(Source::Url(url.to_owned())))
+    }
+
+    /// A factory from the environment: `TASKGATE_PG_URL`, else a testcontainer when Docker is
+    /// reachable, else one whose storage is [`Unavailable`].
+    pub fn from_env() -> PgFactory {
+        let source = match std::env::var(URL_VAR) {
+            Ok(url) if !url.trim().is_empty() => match PgOptions::from_url(url.trim()) {
+                Ok(_) => Source::Url(url.trim().to_owned()),
+                Err(e) => Source::Broken(format!("{URL_VAR}: {e}")),
+            },
+            _ if docker_reachable() => Source::Container,
+            _ => Source::Unavailable(format!(
+                "{URL_VAR} is not set and Docker is not reachable: no PostgreSQL server"
+            )),
+        };
+        PgFactory::with_source(source)
+    }
+
+    fn with_source(source: Source) -> PgFactory {
+        PgFactory { source, pool_size: TEST_POOL_SIZE, poll_interval: TEST_POLL_INTERVAL }
+    }
+
+    /// The pool size of every handle this factory's storages open.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// The poll interval of every handle this factory's storages open.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The server's URL (starting the container if that is the source); [`Unavailable`] when
+    /// there is no server.
+    pub async fn url(&self) -> Result<String, BoxError> {
+        match &self.source {
+            Source::Url(url) => Ok(url.clone()),
+            Source::Container => container_url().await,
+            Source::Broken(why) => Err(why.clone().into()),
+            Source::Unavailable(why) => Err(Box::new(Unavailable(why.clone()))),
+        }
+    }
+
+    /// Fresh storage with the concrete type (tests that need the prefix or the URL).
+    pub async fn pg_storage(&self) -> Result<PgStorage, BoxError> {
+        let url = self.url().await?;
+        sweep_once(&url).await;
+        Ok(PgStorage {
+            url,
+            prefix: test_prefix(),
+            pool_size: self.pool_size,
+            poll_interval: self.poll_interval,
+            extra: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+#[async_trait]
+impl Factory for PgFactory {
+    fn name(&self) -> String {
+        "postgres".to_owned()
+    }
+
+    async fn storage(&self) -> Result<Box<dyn Storage>, BoxError> {
+        Ok(Box::new(self.pg_storage().await?))
+    }
+}
+
+/// One case's table prefix on the test server.
+#[derive(Debug)]
+pub struct PgStorage {
+    url: String,
+    prefix: String,
+    pool_size: u32,
+    poll_interval: Duration,
+    extra: Mutex<Vec<String>>,
+}
+
+impl PgStorage {
+    /// The table prefix of this storage.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The options every handle of this storage is built with.
+    pub fn options(&self) -> taskgate::Result<PgOptions> {
+        Ok(PgOptions::from_url(&self.url)?
+            .prefix(self.prefix.clone())
+            .pool_size(self.pool_size)
+            .poll_interval(self.poll_interval))
+    }
+
+    /// A new, uninitialised handle on this storage.
+    pub async fn broker(&self) -> taskgate::Result<PgBroker> {
+        self.options()?.connect().await
+    }
+
+    /// A plain connection to the test server (for inspecting or breaking things).
+    pub async fn admin(&self) -> Result<PgConnection, BoxError> {
+        Ok(PgConnection::connect(&self.url).await?)
+    }
+}
+
+#[async_trait]
+impl Storage for PgStorage {
+    async fn handle(&self) -> Result<Arc<dyn Broker>, BoxError> {
+        Ok(Arc::new(self.broker().await?))
+    }
+
+    async fn handle_with_prefix(&self, prefix: &str) -> Option<taskgate::Result<Arc<dyn Broker>>> {
+        let options = match PgOptions::from_url(&self.url) {
+            Ok(o) => o.prefix(prefix).pool_size(self.pool_size).poll_interval(self.poll_interval),
+            Err(e) => return Some(Err(e)),
+        };
+        let made = options.connect().await;
+        if made.is_ok() {
+            self.extra.lock().unwrap_or_else(|p| p.into_inner()).push(prefix.to_owned());
+        }
+        Some(made.map(|b| Arc::new(b) as Arc<dyn Broker>))
+    }
+
+    async fn cleanup(&self) -> Result<(), BoxError> {
+        let mut conn = self.admin().await?;
+        let mut prefixes = self.extra.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        prefixes.push(self.prefix.clone());
+        for prefix in prefixes {
+            drop_tables(&mut conn, &prefix).await?;
+        }
+        conn.close().await?;
+        Ok(())
+    }
+}
+
+/// Drops every table of `prefix` (a validated prefix: it is spliced into the statement).
+pub async fn drop_tables(conn: &mut PgConnection, prefix: &str) -> Result<(), BoxError> {
+    taskgate::validate::validate_prefix(prefix)?;
+    let list: Vec<String> = TABLES.iter().map(|t| format!("{prefix}{t}")).collect();
+    let sql = format!("DROP TABLE IF EXISTS {}", list.join(", "));
+    crate::conn::simple(conn, &sql).await?;
+    Ok(())
+}
+
+/// A fresh test prefix: `tgtest_`, the ULID's 10 time characters, its last 12 random
+/// characters (the ones a monotonic ULID increments), `_` — 30 characters, lowercase.
+pub fn test_prefix() -> String {
+    let ulid = taskgate::id::new_ulid().to_ascii_lowercase();
+    format!("{TEST_PREFIX}{}{}_", &ulid[..10], &ulid[14..])
+}
+
+/// When a test prefix was made (decoded from its ULID time characters).
+pub fn prefix_time(prefix: &str) -> Option<SystemTime> {
+    let time = prefix.strip_prefix(TEST_PREFIX)?.get(..10)?;
+    const ALPHABET: &str = "0123456789abcdefghjkmnpqrstvwxyz";
+    let ms = time.chars().try_fold(0u64, |acc, c| {
+        let digit = u64::try_from(ALPHABET.find(c)?).ok()?;
+        acc.checked_mul(32)?.checked_add(digit)
+    })?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))
+}
+
+/// The prefixes of test table sets older than [`STALE_AFTER`], given table names.
+pub fn stale_prefixes<'a>(
+    tables: impl IntoIterator<Item = &'a str>,
+    now: SystemTime,
+) -> Vec<String> {
+    let mut out: Vec<String> = tables
+        .into_iter()
+        .filter_map(|t| t.get(..30))
+        .filter(|p| p.ends_with('_') && taskgate::validate::validate_prefix(p).is_ok())
+        .filter(|p| {
+            prefix_time(p)
+                .and_then(|made| now.duration_since(made).ok())
+                .is_some_and(|age| age > STALE_AFTER)
+        })
+        .map(str::to_owned)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+static SWEPT: AtomicBool = AtomicBool::new(false);
+
+/// Drops stale test tables once per process (the first storage does it); failures are
+/// reported, never fatal.
+async fn sweep_once(url: &str) {
+    if SWEPT.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    if let Err(e) = sweep(url).await {
+        eprintln!("taskgate-postgres: sweeping stale {TEST_PREFIX} tables failed: {e}");
+    }
+}
+
+/// Drops every test table set made more than an hour ago; returns how many.
+pub async fn sweep(url: &str) -> Result<usize, BoxError> {
+    let mut conn = PgConnection::connect(url).await?;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() \
+         AND tablename LIKE 'tgtest\\_%'",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    let stale = stale_prefixes(tables.iter().map(String::as_str), SystemTime::now());
+    for prefix in &stale {
+        drop_tables(&mut conn, prefix).await?;
+    }
+    conn.close().await?;
+    Ok(stale.len())
+}
+
+/// True when a Docker engine answers on `DOCKER_HOST` or the default socket.
+fn docker_reachable() -> bool {
+    if std::env::var_os("DOCKER_HOST").is_some() {
+        return true;
+    }
+    std::os::unix::net::UnixStream::connect("/var/run/docker.sock").is_ok()
+}
+
+static CONTAINER: OnceCell<Result<String, String>> = OnceCell::const_new();
+
+/// The URL of the shared PostgreSQL 16 testcontainer, started on first use.
+async fn container_url() -> Result<String, BoxError> {
+    let url = CONTAINER.get_or_init(start_container).await;
+    url.clone().map_err(|why| Box::new(Unavailable(why)) as BoxError)
+}
+
+async fn start_container() -> Result<String, String> {
+    use testcontainers::runners::AsyncRunner;
+    use testcontainers::{ImageExt, ReuseDirective};
+    use testcontainers_modules::postgres::Postgres;
+
+    let container = Postgres::default()
+        .with_tag("16")
+        .with_container_name("taskgate-test-postgres-16")
+        .with_reuse(ReuseDirective::Always)
+        .start()
+        .await
+        .map_err(|e| format!("starting a PostgreSQL 16 testcontainer failed: {e}"))?;
+    let host = container.get_host().await.map_err(|e| e.to_string())?;
+    let port = container.get_host_port_ipv4(5432).await.map_err(|e| e.to_string())?;
+    // A reusable container outlives this handle (and this process) by design.
+    Ok(format!("postgres://postgres:postgres@{host}:{port}/postgres"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_prefixes_are_valid_unique_and_dated() {
+        let a = test_prefix();
+        let b = test_prefix();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 30);
+        assert!(taskgate::validate::validate_prefix(&a).is_ok(), "{a}");
+        let made = prefix_time(&a).and_then(|t| SystemTime::now().duration_since(t).ok());
+        assert!(made.is_some_and(|age| age < Duration::from_secs(60)), "{a}");
+    }
+
+    #[test]
+    fn only_old_test_tables_are_stale() {
+        let fresh = format!("{}tasks", test_prefix());
+        let now = SystemTime::now() + Duration::from_secs(2 * 3600);
+        let later = format!("{}tasks", test_prefix());
+        let stale = stale_prefixes([fresh.as_str(), "tgtest_x_tasks", "taskgate_tasks"], now);
+        assert_eq!(stale, vec![fresh[..30].to_owned()]);
+        assert!(stale_prefixes([later.as_str()], SystemTime::now()).is_empty());
+    }
+}
