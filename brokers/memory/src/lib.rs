@@ -37,6 +37,7 @@ mod identity;
 mod ops;
 mod propagate;
 mod prune;
+mod ptrset;
 mod query;
 mod quota;
 mod reap;

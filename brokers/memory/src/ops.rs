@@ -5,13 +5,17 @@ use taskgate::decide::{fail_outcome, texts};
 use taskgate::validate::{validate_bytes, validate_id};
 use taskgate::{AckItem, Error, Failure, Result, Status, Step};
 
-use crate::txn::Txn;
+use crate::txn::{close_out, Txn};
 
 impl Txn<'_> {
     /// Completes a running task with `result` and propagates.
     pub(crate) fn ack(&mut self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
-        self.leased(id, token)?.task.result = result;
-        self.finish(id, Status::Completed, None)
+        let now = self.now;
+        let entry = self.leased_move(id, token, Status::Completed)?;
+        entry.task.result = result;
+        let has_children = close_out(entry, now, None);
+        self.note(id);
+        self.propagate_if(id, Status::Completed, has_children)
     }
 
     /// Acks each item on its own: a bad item fails only itself.

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use taskgate::{Status, Task};
 
+use crate::ptrset::{ByPtr, PtrSet};
+
 /// One dependency edge `(child, parent, done)`, kept on the child (contract §1.1).
 #[derive(Debug, Clone)]
 pub(crate) struct Edge {
@@ -50,7 +52,7 @@ pub(crate) struct Index {
     /// Per queue, its claimable (pending/retrying) tasks ordered by `(run_at, id)`.
     pub(crate) claimable: HashMap<String, ClaimSet>,
     /// Running tasks (the reaper's candidates; it sorts the expired ones by ID).
-    pub(crate) running: HashSet<Arc<str>>,
+    pub(crate) running: PtrSet,
     /// Blocked tasks by ID (defensive repair's candidates).
     pub(crate) blocked: BTreeSet<Arc<str>>,
 }
@@ -72,7 +74,7 @@ impl Index {
                 true
             }
             Status::Running => {
-                self.running.insert(key.clone());
+                self.running.insert(ByPtr(key.clone()));
                 false
             }
             Status::Blocked => {
@@ -98,7 +100,7 @@ impl Index {
                 }
             }
             Status::Running => {
-                self.running.remove(key);
+                self.running.remove(&ByPtr(key.clone()));
             }
             Status::Blocked => {
                 self.blocked.remove(key);

@@ -10,6 +10,7 @@ use taskgate::{
     ReplayRequest, ResolvedOptions, Status, Step, Task, Timestamp,
 };
 
+use crate::ptrset::ByPtr;
 use crate::state::State;
 use crate::txn::{Store, Txn};
 
@@ -45,7 +46,7 @@ impl State {
                     let set = self.index.claimable.get(&t.queue);
                     set.is_some_and(|s| s.contains(&(t.run_at.as_millis(), key.clone())))
                 }
-                Status::Running => self.index.running.contains(key),
+                Status::Running => self.index.running.contains(&ByPtr(key.clone())),
                 Status::Blocked => self.index.blocked.contains(key),
                 _ => true,
             };

@@ -84,10 +84,16 @@ impl Txn<'_> {
     /// or another token ⇒ `LeaseLost`.
     pub(crate) fn leased(&mut self, id: &str, token: &str) -> Result<&mut Entry> {
         let entry = self.entry_mut(id)?;
-        let t = &entry.task;
-        if t.status != Status::Running || token.is_empty() || t.lease_token != token {
-            return Err(Error::lease_lost(id));
-        }
+        check_lease(entry, id, token)?;
+        Ok(entry)
+    }
+
+    /// The lease-token check and a move to `to` (keeping `run_at`) with one lookup.
+    pub(crate) fn leased_move(&mut self, id: &str, token: &str, to: Status) -> Result<&mut Entry> {
+        let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
+        check_lease(entry, id, token)?;
+        let run_at = entry.task.run_at;
+        shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
         Ok(entry)
     }
 
@@ -98,15 +104,8 @@ impl Txn<'_> {
         to: Status,
         run_at: Timestamp,
     ) -> Result<&mut Entry> {
-        let entry =
-            self.state.tasks.get_mut(id).map(|e| &mut **e).ok_or_else(|| Error::not_found(id))?;
-        transition(entry.task.status, to)?;
-        self.state.index.remove(&entry.key, &entry.task);
-        entry.task.status = to;
-        entry.task.run_at = run_at;
-        if self.state.index.add(&entry.key, &entry.task) {
-            self.wake = true;
-        }
+        let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
+        shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
         Ok(entry)
     }
 
@@ -127,9 +126,9 @@ impl Txn<'_> {
         Ok(())
     }
 
-    /// Writes the terminal status `to` with its `last_error` (when given), `finished_at`, no
-    /// lease and no cancel request, and notes the snapshot; true when the task has children.
-    /// No propagation: see [`Txn::finish`].
+    /// Moves `id` to the terminal status `to` and writes the terminal fields ([`close_out`]);
+    /// notes the snapshot. True when the task has children. No propagation: see
+    /// [`Txn::finish`].
     pub(crate) fn finalize(
         &mut self,
         id: &str,
@@ -137,14 +136,7 @@ impl Txn<'_> {
         last_error: Option<String>,
     ) -> Result<bool> {
         let now = self.now;
-        let entry = self.move_status(id, to)?;
-        entry.release_lease();
-        entry.task.cancel_requested = false;
-        entry.task.finished_at = Some(now);
-        if let Some(text) = last_error {
-            entry.task.last_error = text;
-        }
-        let has_children = !entry.children.is_empty();
+        let has_children = close_out(self.move_status(id, to)?, now, last_error);
         self.note(id);
         Ok(has_children)
     }
@@ -156,7 +148,13 @@ impl Txn<'_> {
         to: Status,
         last_error: Option<String>,
     ) -> Result<()> {
-        if self.finalize(id, to, last_error)? {
+        let has_children = self.finalize(id, to, last_error)?;
+        self.propagate_if(id, to, has_children)
+    }
+
+    /// Propagates from `id`, which reached `to`, when it has children.
+    pub(crate) fn propagate_if(&mut self, id: &str, to: Status, has_children: bool) -> Result<()> {
+        if has_children {
             self.propagate(id, to)?;
         }
         Ok(())
@@ -203,4 +201,25 @@ fn shift(
         *wake = true;
     }
     Ok(())
+}
+
+/// The lease-token check on a found entry (contract §3.3).
+fn check_lease(entry: &Entry, id: &str, token: &str) -> Result<()> {
+    let t = &entry.task;
+    if t.status != Status::Running || token.is_empty() || t.lease_token != token {
+        return Err(Error::lease_lost(id));
+    }
+    Ok(())
+}
+
+/// The terminal fields: `finished_at`, no lease, no cancel request, `last_error` when given.
+/// True when the task has children to propagate to.
+pub(crate) fn close_out(entry: &mut Entry, now: Timestamp, last_error: Option<String>) -> bool {
+    entry.release_lease();
+    entry.task.cancel_requested = false;
+    entry.task.finished_at = Some(now);
+    if let Some(text) = last_error {
+        entry.task.last_error = text;
+    }
+    !entry.children.is_empty()
 }
