@@ -1,0 +1,199 @@
+//! [`MySqlAdapter`]: the engine's [`Adapter`] on an sqlx MySQL pool — write transactions,
+//! pooled reads, and one detached session for migrations.
+//!
+//! Every connection of the pool is set up once, when it opens: READ COMMITTED (extensions §E6:
+//! at REPEATABLE READ concurrent inserts and completions deadlock on gap locks) and a short
+//! `innodb_lock_wait_timeout`, so a lock wait surfaces as 1205 in seconds, not in 50. Every
+//! statement passes through [`rewrite::for_mysql`](crate::rewrite) on its way out.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
+use sqlx::{Connection, Transaction};
+use taskgate_sql::{Adapter, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx};
+
+use crate::{codec, rewrite};
+
+/// The distinct statement texts a broker ran, in first-use order (tests read them to check
+/// query plans on exactly what the engine sends).
+#[derive(Debug, Default)]
+pub(crate) struct StatementLog(Mutex<Vec<String>>);
+
+impl StatementLog {
+    fn record(&self, sql: &str) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !seen.iter().any(|s| s == sql) {
+            seen.push(sql.to_owned());
+        }
+    }
+
+    /// A copy of the recorded texts.
+    pub(crate) fn snapshot(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Runs statements on one connection, rewriting them for MySQL and recording them if asked.
+#[derive(Clone, Debug, Default)]
+struct Runner {
+    log: Option<Arc<StatementLog>>,
+}
+
+impl Runner {
+    async fn execute(
+        &self,
+        conn: &mut MySqlConnection,
+        sql: &str,
+        args: &[Value],
+    ) -> DbResult<u64> {
+        let sql = rewrite::for_mysql(sql);
+        if let Some(log) = &self.log {
+            log.record(&sql);
+        }
+        Ok(codec::bind(&sql, args).execute(conn).await?.rows_affected())
+    }
+
+    async fn fetch(
+        &self,
+        conn: &mut MySqlConnection,
+        sql: &str,
+        args: &[Value],
+        kinds: &[Kind],
+    ) -> DbResult<Vec<Row>> {
+        let sql = rewrite::for_mysql(sql);
+        if let Some(log) = &self.log {
+            log.record(&sql);
+        }
+        let rows = codec::bind(&sql, args).fetch_all(conn).await?;
+        codec::decode_rows(&rows, kinds)
+    }
+}
+
+/// The engine's adapter on one MySQL pool (reads and writes share it).
+#[derive(Debug)]
+pub(crate) struct MySqlAdapter {
+    pool: MySqlPool,
+    runner: Runner,
+}
+
+impl MySqlAdapter {
+    pub(crate) fn new(pool: MySqlPool, log: Option<Arc<StatementLog>>) -> MySqlAdapter {
+        MySqlAdapter { pool, runner: Runner { log } }
+    }
+}
+
+/// A write transaction on a pooled connection (dropped uncommitted, sqlx rolls it back).
+struct MySqlTx {
+    tx: Transaction<'static, MySql>,
+    runner: Runner,
+}
+
+#[async_trait]
+impl SqlConn for MySqlTx {
+    async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
+        self.runner.execute(&mut self.tx, sql, args).await
+    }
+
+    async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        self.runner.fetch(&mut self.tx, sql, args, kinds).await
+    }
+}
+
+#[async_trait]
+impl WriteTx for MySqlTx {
+    async fn commit(self: Box<Self>) -> DbResult<()> {
+        self.tx.commit().await
+    }
+
+    async fn rollback(self: Box<Self>) -> DbResult<()> {
+        self.tx.rollback().await
+    }
+
+    fn conn(&mut self) -> &mut dyn SqlConn {
+        self
+    }
+}
+
+/// A caller's connection inside the caller's own transaction (`enqueue_in`).
+pub(crate) struct BorrowedConn<'c> {
+    conn: &'c mut MySqlConnection,
+    runner: Runner,
+}
+
+impl<'c> BorrowedConn<'c> {
+    pub(crate) fn new(conn: &'c mut MySqlConnection) -> BorrowedConn<'c> {
+        BorrowedConn { conn, runner: Runner::default() }
+    }
+}
+
+#[async_trait]
+impl SqlConn for BorrowedConn<'_> {
+    async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
+        self.runner.execute(self.conn, sql, args).await
+    }
+
+    async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        self.runner.fetch(self.conn, sql, args, kinds).await
+    }
+}
+
+/// The migration session: a connection detached from the pool, so the session-level
+/// `GET_LOCK` can never travel back into the pool with it — closing (or dropping) the
+/// connection ends the session and the server releases anything it still held.
+struct MySqlSession {
+    conn: MySqlConnection,
+    runner: Runner,
+}
+
+#[async_trait]
+impl SqlConn for MySqlSession {
+    async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
+        self.runner.execute(&mut self.conn, sql, args).await
+    }
+
+    async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        self.runner.fetch(&mut self.conn, sql, args, kinds).await
+    }
+}
+
+#[async_trait]
+impl Session for MySqlSession {
+    async fn begin(&mut self) -> DbResult<()> {
+        self.execute("BEGIN", &[]).await.map(|_| ())
+    }
+
+    async fn commit(&mut self) -> DbResult<()> {
+        self.execute("COMMIT", &[]).await.map(|_| ())
+    }
+
+    async fn rollback(&mut self) -> DbResult<()> {
+        self.execute("ROLLBACK", &[]).await.map(|_| ())
+    }
+
+    async fn close(self: Box<Self>) -> DbResult<()> {
+        self.conn.close().await
+    }
+}
+
+#[async_trait]
+impl Adapter for MySqlAdapter {
+    async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
+        let tx = self.pool.begin().await?;
+        Ok(Box::new(MySqlTx { tx, runner: self.runner.clone() }))
+    }
+
+    async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        let mut conn = self.pool.acquire().await?;
+        self.runner.fetch(&mut conn, sql, args, kinds).await
+    }
+
+    async fn session(&self) -> DbResult<Box<dyn Session>> {
+        let conn = self.pool.acquire().await?.detach();
+        Ok(Box::new(MySqlSession { conn, runner: self.runner.clone() }))
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

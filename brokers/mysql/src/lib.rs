@@ -1,0 +1,172 @@
+//! `taskgate-mysql`: the taskgate broker on MySQL 8.0+ and MariaDB 10.6+ (InnoDB).
+//!
+//! All broker logic is the shared SQL engine ([`taskgate_sql::SqlBroker`]); this crate supplies
+//! what is MySQL's own:
+//!
+//! * **Sessions** at READ COMMITTED with `innodb_lock_wait_timeout` 5 s (unless the URL sets
+//!   `?innodb_lock_wait_timeout=N`), `utf8mb4` with the `utf8mb4_bin` collation, UTC. At the
+//!   default REPEATABLE READ, concurrent inserts and completions deadlock on gap locks.
+//! * **The retry loop's classification** on the server's error number (never message text):
+//!   1213 (deadlock) retried at once up to 5 attempts, 1205 (lock wait timeout) once more,
+//!   everything else returned as it is. [`MySqlBroker::tx_retries`] counts retries.
+//! * **Claims** with `SELECT … ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED` on the ready
+//!   index, then one `UPDATE` by primary key — no `RETURNING`, no reused placeholders.
+//! * **Server time** through `COALESCE(?, CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS
+//!   SIGNED))`; an injected clock fills the `?` (extensions §E1).
+//! * **Quota** in the two-step form that is correct whether or not the connection reports found
+//!   rows (sqlx 0.8.6 always sets `CLIENT_FOUND_ROWS`; notes §15.1).
+//! * **Unique violations** (1062) translated by index name: `uq_chain_head` ⇒ `TaskExists`
+//!   with the key's tail, `uq_replay_of` ⇒ `AlreadyReplayed`, anything else ⇒ plain
+//!   `TaskExists` (see [`dialect::unique_target_of`] for the one message match).
+//! * **Migrations** (`migrations/mysql/`) applied by `init` under `GET_LOCK` on one dedicated
+//!   session; every statement is idempotent because MySQL DDL is not transactional.
+//! * **Wake-ups**: in-process at once; other processes find new work by polling (200 ms by
+//!   default, [`MySqlOptions::poll_interval`]).
+//! * [`MySqlBroker::enqueue_in`]: enqueue inside the caller's own transaction (extensions §E15).
+//!
+//! # MySQL and MariaDB
+//!
+//! Every statement is accepted by both. Differences that matter: MariaDB's 1062 message names
+//! the key without its table (`for key 'p_uq_chain_head'`, MySQL 8: `'p_tasks.p_uq_chain_head'`);
+//! `SKIP LOCKED` needs MySQL 8.0 / MariaDB 10.6; MariaDB would allow `ADD COLUMN IF NOT
+//! EXISTS`, MySQL does not, so migrations swallow 1060/1061 instead.
+//!
+//! # Limits
+//!
+//! `id`, `type`, `queue` and `business_key` hold at most 255 characters (checked before any
+//! I/O, the same limit as every backend); payloads are bounded by the server's
+//! `max_allowed_packet`. A claim over several queues at once cannot walk the ready index in
+//! order and locks every ready row of those queues until it commits; single-queue claims lock
+//! only what they take.
+//!
+//! ```no_run
+//! # async fn demo() -> taskgate::Result<()> {
+//! use taskgate::{Broker, BrokerOptions, Task};
+//! let broker = taskgate_mysql::MySqlBroker::connect("mysql://root@127.0.0.1:3306/test").await?;
+//! broker.init(BrokerOptions::default()).await?;
+//! broker.enqueue(&Task::new("email", "default")).await?;
+//! # Ok(()) }
+//! ```
+
+mod adapter;
+mod codec;
+pub mod dialect;
+mod migrations;
+mod options;
+mod rewrite;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+use std::sync::Arc;
+
+use sqlx::mysql::{MySql, MySqlPool};
+use taskgate::{Error, Result, Task};
+use taskgate_sql::{EngineConfig, SqlBroker};
+
+use crate::adapter::{BorrowedConn, MySqlAdapter, StatementLog};
+pub use crate::dialect::MySqlDialect;
+pub use crate::migrations::MIGRATIONS;
+pub use crate::options::{
+    MySqlOptions, DEFAULT_LOCK_WAIT_TIMEOUT_SECS, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
+    DEFAULT_PREFIX, LOCK_WAIT_TIMEOUT_PARAM,
+};
+
+/// The backend's name in errors and reports.
+pub const NAME: &str = "mysql";
+
+/// A taskgate broker on MySQL/MariaDB. Build it with [`MySqlBroker::connect`] or
+/// [`MySqlOptions`]; [`init`](taskgate::Broker::init) applies the migrations.
+///
+/// Clones share one handle (one pool, one lifecycle, one wake hub).
+#[derive(Clone, Debug)]
+pub struct MySqlBroker {
+    inner: SqlBroker,
+    pool: MySqlPool,
+    log: Option<Arc<StatementLog>>,
+}
+
+taskgate_sql::delegate_broker!(MySqlBroker, inner);
+
+impl MySqlBroker {
+    /// Connects to the server at `url` with the default options and checks it is reachable.
+    /// Call [`init`](taskgate::Broker::init) before use.
+    pub async fn connect(url: &str) -> Result<MySqlBroker> {
+        MySqlOptions::from_url(url)?.connect().await
+    }
+
+    fn build(options: MySqlOptions) -> Result<MySqlBroker> {
+        let pool = options.pool();
+        let adapter = Arc::new(MySqlAdapter::new(pool.clone(), options.log.clone()));
+        let config = EngineConfig {
+            prefix: options.prefix.clone(),
+            poll_interval: options.poll_interval,
+            migrations: MIGRATIONS,
+            migrate_on_init: true,
+        };
+        let inner = SqlBroker::new(adapter, Arc::new(MySqlDialect), config)?;
+        Ok(MySqlBroker { inner, pool, log: options.log })
+    }
+
+    /// Transactional enqueue (extensions §E15): enqueues `task` inside the caller's open
+    /// transaction, with the same validation and errors as `enqueue`. The task is invisible to
+    /// claimers until the caller commits and gone if it rolls back; waiters find it by their
+    /// next poll after the commit. Notify is not called.
+    ///
+    /// After an `Err(Backend)` the transaction may have been rolled back by the server (a
+    /// deadlock victim is rolled back whole); roll back and retry the unit of work.
+    pub async fn enqueue_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, MySql>,
+        task: &Task,
+    ) -> Result<Task> {
+        let mut conn = BorrowedConn::new(&mut **tx);
+        self.inner.enqueue_on(&mut conn, task).await
+    }
+
+    /// Applies the migrations not yet recorded (also done by `init`); returns the versions run.
+    pub async fn migrate(&self) -> Result<Vec<i64>> {
+        self.inner.migrate().await
+    }
+
+    /// The connection pool (for `enqueue_in`: begin a transaction on it, or on your own pool).
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// The table prefix.
+    pub fn prefix(&self) -> &str {
+        self.inner.prefix()
+    }
+
+    /// How many transactions this handle retried after a deadlock (1213) or a lock-wait
+    /// timeout (1205).
+    pub fn tx_retries(&self) -> u64 {
+        self.inner.tx_retries()
+    }
+
+    /// The engine broker inside.
+    pub fn engine(&self) -> &SqlBroker {
+        &self.inner
+    }
+
+    /// Every distinct statement text this handle ran (after the MySQL rewrites), when built
+    /// with `MySqlOptions::record_statements` (feature `testing`); empty otherwise.
+    pub fn recorded_statements(&self) -> Vec<String> {
+        self.log.as_ref().map(|l| l.snapshot()).unwrap_or_default()
+    }
+}
+
+impl MySqlOptions {
+    /// Builds the broker without touching the server (the pool connects on first use).
+    /// Fails only on a bad prefix (`InvalidInput { field: "prefix" }`).
+    pub fn connect_lazy(self) -> Result<MySqlBroker> {
+        MySqlBroker::build(self)
+    }
+
+    /// Builds the broker and checks that the server is reachable.
+    pub async fn connect(self) -> Result<MySqlBroker> {
+        let broker = self.connect_lazy()?;
+        broker.pool.acquire().await.map_err(|e| Error::backend(NAME, e))?;
+        Ok(broker)
+    }
+}

@@ -1,0 +1,77 @@
+//! The MySQL/MariaDB migrations (`migrations/mysql/`), embedded in the binary with the same
+//! version numbers and names as every other dialect's (extensions §E6).
+
+use taskgate_sql::Migration;
+
+/// Every migration, in version order.
+pub static MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../../../migrations/mysql/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "steps_pause_owner",
+        sql: include_str!("../../../migrations/mysql/0002_steps_pause_owner.sql"),
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ddl(prefix: &str) -> String {
+        MIGRATIONS.iter().map(|m| m.sql.replace("{prefix}", prefix)).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn ddl_names_the_prefix_and_the_mysql_types() {
+        let sql = ddl("tgunit_");
+        for needle in [
+            "tgunit_tasks",
+            "tgunit_task_deps",
+            "tgunit_quota",
+            "tgunit_paused_queues",
+            "tgunit_idx_claim",
+            "tgunit_uq_chain_head",
+            "tgunit_uq_replay_of",
+            "COLLATE=utf8mb4_bin",
+            "VARCHAR(255)",
+            "LONGBLOB",
+            "ENGINE=InnoDB",
+            "STORED",
+        ] {
+            assert!(sql.contains(needle), "DDL lacks {needle}");
+        }
+        assert!(!sql.contains("{prefix}"));
+        let tables = sql.matches("CREATE TABLE IF NOT EXISTS").count();
+        assert_eq!(
+            sql.matches("COLLATE=utf8mb4_bin").count(),
+            tables,
+            "every table is utf8mb4_bin"
+        );
+    }
+
+    #[test]
+    fn versions_and_names_match_the_sqlite_migrations() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite");
+        let mut sqlite: Vec<String> = std::fs::read_dir(&dir)
+            .map(|entries| entries.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+            .unwrap_or_default();
+        sqlite.sort();
+        let ours: Vec<String> =
+            MIGRATIONS.iter().map(|m| format!("{:04}_{}.sql", m.version, m.name)).collect();
+        assert_eq!(ours, sqlite);
+    }
+
+    #[test]
+    fn every_statement_is_idempotent() {
+        for statement in taskgate_sql::split_statements(&ddl("p_")) {
+            let ok = statement.starts_with("CREATE TABLE IF NOT EXISTS")
+                || statement.contains(" ADD COLUMN ")
+                || statement.contains(" ADD KEY ");
+            assert!(ok, "not idempotent on a re-run: {statement}");
+        }
+    }
+}

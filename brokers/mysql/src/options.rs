@@ -1,0 +1,201 @@
+//! [`MySqlOptions`]: how a [`MySqlBroker`](crate::MySqlBroker) connects — the URL, the table
+//! prefix, the pool size, the poll interval and the lock-wait timeout — and the pool it builds.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::Executor;
+use taskgate::{Error, Result};
+
+use crate::adapter::StatementLog;
+
+/// The table prefix when none is set (the same in every backend).
+pub const DEFAULT_PREFIX: &str = "taskgate_";
+/// Most connections one broker opens (contract §11.2: blocking claimers poll, and a server's
+/// `max_connections` is shared).
+pub const DEFAULT_POOL_SIZE: u32 = 10;
+/// How often a waiting claimer looks for other processes' writes.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// `innodb_lock_wait_timeout` of broker sessions, in seconds, unless the URL sets it.
+pub const DEFAULT_LOCK_WAIT_TIMEOUT_SECS: u64 = 5;
+/// The URL query parameter that overrides [`DEFAULT_LOCK_WAIT_TIMEOUT_SECS`].
+pub const LOCK_WAIT_TIMEOUT_PARAM: &str = "innodb_lock_wait_timeout";
+
+/// How long a call waits for a free pooled connection before it fails.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connection settings of a MySQL/MariaDB broker; build one with [`MySqlOptions::from_url`].
+///
+/// ```no_run
+/// # async fn demo() -> taskgate::Result<()> {
+/// use std::time::Duration;
+/// let broker = taskgate_mysql::MySqlOptions::from_url("mysql://app@db:3306/jobs")?
+///     .prefix("billing_")
+///     .pool_size(20)
+///     .poll_interval(Duration::from_millis(100))
+///     .connect()
+///     .await?;
+/// # let _ = broker; Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MySqlOptions {
+    connect: MySqlConnectOptions,
+    pub(crate) prefix: String,
+    pool_size: u32,
+    pub(crate) poll_interval: Duration,
+    lock_wait_timeout_secs: u64,
+    pub(crate) log: Option<Arc<StatementLog>>,
+}
+
+/// A bad URL or option, as the contract's input error.
+fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::invalid(field, reason)
+}
+
+/// `mariadb://` is an alias of `mysql://`; sqlx knows only the latter.
+fn normalise_scheme(url: &str) -> Result<String> {
+    match url.split_once("://") {
+        Some(("mysql", rest)) | Some(("mariadb", rest)) => Ok(format!("mysql://{rest}")),
+        _ => Err(invalid("url", "expected a mysql:// or mariadb:// URL")),
+    }
+}
+
+/// The `innodb_lock_wait_timeout` query parameter of `url`, if present.
+fn lock_wait_param(url: &str) -> Result<Option<u64>> {
+    let Some((_, query)) = url.split_once('?') else { return Ok(None) };
+    for pair in query.split('&') {
+        if let Some(value) =
+            pair.strip_prefix(LOCK_WAIT_TIMEOUT_PARAM).and_then(|v| v.strip_prefix('='))
+        {
+            return match value.parse::<u64>() {
+                Ok(secs) if secs >= 1 => Ok(Some(secs)),
+                _ => Err(invalid(
+                    "url",
+                    format!("{LOCK_WAIT_TIMEOUT_PARAM} must be a whole number of seconds ≥ 1"),
+                )),
+            };
+        }
+    }
+    Ok(None)
+}
+
+impl MySqlOptions {
+    /// Settings for the server at `url` (`mysql://user:password@host:port/database`, or
+    /// `mariadb://…`), with the defaults: prefix `taskgate_`, 10 connections, 200 ms polling,
+    /// `innodb_lock_wait_timeout` 5 s unless the URL has `?innodb_lock_wait_timeout=N`.
+    ///
+    /// Sessions always use `utf8mb4` with the `utf8mb4_bin` collation and UTC, whatever the URL
+    /// says: IDs compare by bytes, and server time is read through `UNIX_TIMESTAMP(NOW(3))`.
+    pub fn from_url(url: &str) -> Result<MySqlOptions> {
+        let normalised = normalise_scheme(url)?;
+        let lock_wait = lock_wait_param(&normalised)?;
+        let connect = MySqlConnectOptions::from_str(&normalised)
+            .map_err(|e| invalid("url", e.to_string()))?
+            .charset("utf8mb4")
+            .collation("utf8mb4_bin")
+            .timezone(Some("+00:00".to_owned()));
+        Ok(MySqlOptions {
+            connect,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            pool_size: DEFAULT_POOL_SIZE,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            lock_wait_timeout_secs: lock_wait.unwrap_or(DEFAULT_LOCK_WAIT_TIMEOUT_SECS),
+            log: None,
+        })
+    }
+
+    /// The table prefix (`^[a-z][a-z0-9_]{0,29}$`, checked when the broker is built).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Most connections the broker opens (at least 1).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// How often waiting claimers poll for other processes' writes (real time).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// `innodb_lock_wait_timeout` of broker sessions in seconds (at least 1).
+    pub fn lock_wait_timeout_secs(mut self, secs: u64) -> Self {
+        self.lock_wait_timeout_secs = secs.max(1);
+        self
+    }
+
+    /// The configured lock-wait timeout in seconds.
+    pub fn get_lock_wait_timeout_secs(&self) -> u64 {
+        self.lock_wait_timeout_secs
+    }
+
+    /// The configured table prefix.
+    pub fn get_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Records every distinct statement text the broker runs (for query-plan tests).
+    #[cfg(feature = "testing")]
+    pub fn record_statements(mut self) -> Self {
+        self.log = Some(Arc::new(StatementLog::default()));
+        self
+    }
+
+    /// The pool, opened lazily: no connection is made until the first statement. Each new
+    /// connection is switched to READ COMMITTED with the configured lock-wait timeout.
+    pub(crate) fn pool(&self) -> MySqlPool {
+        let lock_wait = self.lock_wait_timeout_secs;
+        MySqlPoolOptions::new()
+            .max_connections(self.pool_size)
+            .min_connections(0)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(true)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
+                    conn.execute(
+                        format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}").as_str(),
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(self.connect.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_schemes_are_accepted() {
+        assert!(MySqlOptions::from_url("mysql://root@127.0.0.1:3306/test").is_ok());
+        assert!(MySqlOptions::from_url("mariadb://root@127.0.0.1:3306/test").is_ok());
+        let bad = MySqlOptions::from_url("postgres://x/y").err();
+        assert!(matches!(bad, Some(Error::InvalidInput { field: "url", .. })));
+    }
+
+    #[test]
+    fn lock_wait_timeout_defaults_to_five_unless_the_url_sets_it() {
+        let default = MySqlOptions::from_url("mysql://root@h/db").ok();
+        assert_eq!(default.map(|o| o.get_lock_wait_timeout_secs()), Some(5));
+        let set = MySqlOptions::from_url("mysql://root@h/db?innodb_lock_wait_timeout=12").ok();
+        assert_eq!(set.map(|o| o.get_lock_wait_timeout_secs()), Some(12));
+        let bad = MySqlOptions::from_url("mysql://root@h/db?innodb_lock_wait_timeout=soon").err();
+        assert!(matches!(bad, Some(Error::InvalidInput { field: "url", .. })));
+    }
+
+    #[test]
+    fn defaults() {
+        let o = MySqlOptions::from_url("mysql://root@h/db").ok();
+        assert_eq!(o.as_ref().map(MySqlOptions::get_prefix), Some(DEFAULT_PREFIX));
+        assert_eq!(o.map(|o| (o.pool_size, o.poll_interval)), Some((10, DEFAULT_POLL_INTERVAL)));
+    }
+}

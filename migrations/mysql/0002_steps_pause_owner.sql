@@ -1,0 +1,29 @@
+-- taskgate schema version 2 (MySQL 8.0+ / MariaDB 10.6+): stepwise tasks (extensions §E3),
+-- operator resume (§E5), owner (§E9), queue pause (§E4), quota window length for prune
+-- (§E16), and the ready index of the claim path (§E6).
+--
+-- Idempotent for a re-run after a crash (MySQL DDL is not transactional): an `ADD COLUMN` that
+-- already ran fails with 1060 and an `ADD KEY` with 1061; the runner treats both as "already
+-- applied". Each ALTER changes one thing, so a partly applied file resumes cleanly. `cursor` is a
+-- reserved word in MySQL and MariaDB and is always written quoted.
+ALTER TABLE {prefix}tasks ADD COLUMN `cursor` LONGBLOB NULL;
+ALTER TABLE {prefix}tasks ADD COLUMN progress BIGINT NULL;
+ALTER TABLE {prefix}tasks ADD COLUMN message TEXT NOT NULL DEFAULT ('');
+ALTER TABLE {prefix}tasks ADD COLUMN steps BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE {prefix}tasks ADD COLUMN resumes BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE {prefix}tasks ADD COLUMN owner VARCHAR(255) NOT NULL DEFAULT '';
+CREATE TABLE IF NOT EXISTS {prefix}paused_queues (
+    queue     VARCHAR(255) NOT NULL,
+    paused_at BIGINT       NOT NULL,
+    PRIMARY KEY (queue)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+ALTER TABLE {prefix}quota ADD COLUMN period BIGINT NOT NULL DEFAULT 0;
+-- Claims, the next-due probe and queue_len read the ready tasks of a queue in (run_at, id)
+-- order. MySQL has no partial index, so the index is on a STORED generated column that holds
+-- the queue only while the task is claimable (pending or retrying) and NULL otherwise:
+-- finished, running and blocked rows are not in the scanned range at all, and a claim's
+-- `ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED` walks the index in order and stops
+-- after n rows instead of locking every ready row of the queue for a filesort.
+ALTER TABLE {prefix}tasks ADD COLUMN ready_queue VARCHAR(255) GENERATED ALWAYS AS
+    (IF(status IN ('pending', 'retrying'), queue, NULL)) STORED;
+ALTER TABLE {prefix}tasks ADD KEY {prefix}idx_ready (ready_queue, run_at, id);
