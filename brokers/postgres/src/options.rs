@@ -100,6 +100,12 @@ impl PgOptions {
         self
     }
 
+    /// Adjusts the sqlx connect options (server settings, TLS, timeouts …).
+    pub fn tune_connect(mut self, tune: impl FnOnce(PgConnectOptions) -> PgConnectOptions) -> Self {
+        self.connect = tune(self.connect);
+        self
+    }
+
     /// Checks every option; the prefix first, since it is spliced into SQL.
     pub(crate) fn check(&self) -> Result<()> {
         validate::validate_prefix(&self.prefix)?;
