@@ -55,7 +55,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use taskgate::validate::{
     validate_bytes, validate_id, validate_name, validate_queue, validate_queues, validate_step,
-    validate_tasks,
+    validate_task, validate_tasks,
 };
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
 use taskgate::{
@@ -178,7 +178,9 @@ impl Broker for MemoryBroker {
     }
 
     async fn enqueue(&self, task: &Task) -> Result<Task> {
-        let mut stored = self.enqueue_many(std::slice::from_ref(task)).await?;
+        let limits = self.inner.life.options()?.limits;
+        validate_task(task, &limits)?;
+        let mut stored = self.write(|txn| txn.enqueue_batch(std::slice::from_ref(task)))?;
         stored.pop().ok_or_else(|| Error::backend(NAME, "enqueue stored no task"))
     }
 

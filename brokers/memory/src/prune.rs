@@ -156,7 +156,7 @@ impl State {
     pub(crate) fn prune_quota(&mut self, now_secs: i64) {
         for windows in self.quota.values_mut() {
             let period = windows.period;
-            windows.used.retain(|win, _| win.saturating_add(period.saturating_mul(2)) > now_secs);
+            windows.used.retain(|win, _| win.saturating_add(period.saturating_mul(2)) >= now_secs);
         }
         self.quota.retain(|_, w| !w.used.is_empty());
     }
