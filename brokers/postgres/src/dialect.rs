@@ -170,3 +170,83 @@ impl Dialect for PgDialect {
         60_000
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskgate_sql::rewrite_placeholders;
+
+    #[test]
+    fn placeholders_are_dollar_numbered_outside_literals() {
+        assert_eq!(PgDialect::default().placeholder(), Placeholder::Dollar);
+        let sql = "SELECT '?', 'it''s ?' FROM t WHERE a = ? AND b IN (?, ?) AND c = 'x?'";
+        assert_eq!(
+            rewrite_placeholders(sql),
+            "SELECT '?', 'it''s ?' FROM t WHERE a = $1 AND b IN ($2, $3) AND c = 'x?'"
+        );
+    }
+
+    #[test]
+    fn plain_text_is_never_classified() {
+        let d = PgDialect::default();
+        let text = DbError::Protocol(
+            "duplicate key value violates unique constraint \"taskgate_uq_chain_head\" \
+             (SQLSTATE 23505); deadlock detected (40P01)"
+                .into(),
+        );
+        assert_eq!(d.unique_violation(&text, "taskgate_"), None);
+        assert_eq!(d.retry_class(&text), RetryClass::Never);
+        assert_eq!(sqlstate(&text), None);
+        assert_eq!(d.retry_class(&DbError::PoolTimedOut), RetryClass::Never);
+    }
+
+    #[test]
+    fn ddl_has_prefix_bytea_bigint_and_the_claim_index() {
+        let ddl: String = crate::MIGRATIONS
+            .iter()
+            .map(|m| m.sql.replace("{prefix}", "acme_"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for needle in
+            ["CREATE TABLE acme_tasks", "BYTEA", "BIGINT", "acme_idx_claim", "COLLATE \"C\""]
+        {
+            assert!(ddl.contains(needle), "DDL lacks {needle}");
+        }
+        assert!(!ddl.contains("{prefix}"));
+        let versions: Vec<(i64, &str)> =
+            crate::MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
+        assert_eq!(versions, vec![(1, "initial"), (2, "steps_pause_owner")]);
+    }
+
+    #[test]
+    fn advisory_keys_are_stable_per_key_and_differ_across_prefixes() {
+        let a = advisory_key("taskgate_schema");
+        assert_eq!(a, advisory_key("taskgate_schema"));
+        // FNV-1a-64 of "taskgate:taskgate_schema", pinned so the key never drifts between
+        // releases (two versions must agree to serialise their migrations).
+        assert_eq!(a, advisory_key_reference("taskgate:taskgate_schema"));
+        assert_eq!(a, 5_761_706_637_528_362_721);
+        assert_ne!(a, advisory_key("billing_schema"));
+        assert_ne!(advisory_key("a_schema"), advisory_key("b_schema"));
+        let lock = PgDialect::default().ddl_lock("taskgate_schema");
+        let args = lock.map(|l| (l.lock_args, l.unlock_args, l.lock_returns_one));
+        assert_eq!(args, Some((vec![Value::Int(a)], vec![Value::Int(a)], false)));
+    }
+
+    /// FNV-1a-64 written out bit by bit (the textbook definition), to cross-check.
+    fn advisory_key_reference(text: &str) -> i64 {
+        let mut hash: u64 = 14_695_981_039_346_656_037;
+        for byte in text.as_bytes() {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(1_099_511_628_211);
+        }
+        i64::from_ne_bytes(hash.to_ne_bytes())
+    }
+
+    #[test]
+    fn the_wake_statement_names_the_prefix_channel_and_the_handle() {
+        let d = PgDialect::new("abc123");
+        assert_eq!(d.wake_sql("acme_").as_deref(), Some("SELECT pg_notify('acme_wake', 'abc123')"));
+        assert_eq!(wake_channel("acme_"), "acme_wake");
+    }
+}
