@@ -78,9 +78,7 @@ impl Txn<'_> {
     fn link_children(&mut self, child: &Arc<str>, parents: &[(Arc<str>, Status)]) {
         for (parent, _) in parents {
             if let Some(p) = self.state.tasks.get_mut(parent) {
-                if !p.children.contains(child) {
-                    p.children.push(child.clone());
-                }
+                p.link_child(child);
             }
         }
     }

@@ -134,12 +134,16 @@ impl State {
         Some(latest)
     }
 
-    /// Removes one task with its edges, list entry and replay marker.
+    /// Removes one task with its edges, list entry and replay markers.
     fn delete(&mut self, id: &Arc<str>) {
         let Some(entry) = self.tasks.remove(id) else { return };
         self.created.remove(&(entry.task.created_at.as_millis(), entry.key.clone()));
         self.index.remove(&entry.key, &entry.task);
         self.replayed.remove(id);
+        // "Replayed" means a stored execution replays it (as in SQL): the target is free again.
+        if !entry.task.replay_of.is_empty() {
+            self.replayed.remove(entry.task.replay_of.as_str());
+        }
         for edge in &entry.parents {
             if let Some(parent) = self.tasks.get_mut(&edge.parent) {
                 parent.children.retain(|c| c != id);

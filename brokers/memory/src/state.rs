@@ -30,11 +30,19 @@ pub(crate) struct Entry {
     pub(crate) pending_parents: u32,
     /// One edge per distinct parent, in `depends_on` order.
     pub(crate) parents: Vec<Edge>,
-    /// The distinct children that depend on this task, in enqueue order.
+    /// The distinct children that depend on this task, sorted by ID (propagation visits them
+    /// in that order, like the SQL backends' `ORDER BY child_id`).
     pub(crate) children: Vec<Arc<str>>,
 }
 
 impl Entry {
+    /// Adds `child` to the sorted children unless it is there already.
+    pub(crate) fn link_child(&mut self, child: &Arc<str>) {
+        if let Err(at) = self.children.binary_search(child) {
+            self.children.insert(at, child.clone());
+        }
+    }
+
     /// Clears the lease: no token, no deadline.
     pub(crate) fn release_lease(&mut self) {
         self.task.lease_token.clear();
@@ -158,7 +166,7 @@ impl State {
         let key = entry.key.clone();
         for edge in &entry.parents {
             if let Some(parent) = self.tasks.get_mut(&edge.parent) {
-                parent.children.push(key.clone());
+                parent.link_child(&key);
             }
         }
         if !entry.task.business_key.is_empty() {
