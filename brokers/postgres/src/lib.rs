@@ -75,6 +75,7 @@ struct Handle {
     tag: String,
     application_name: String,
     listener: tokio::task::JoinHandle<()>,
+    recorder: Option<adapter::Recorder>,
 }
 
 impl Drop for Handle {
@@ -111,6 +112,7 @@ impl PgBroker {
             .acquire_timeout(options.acquire_timeout)
             .connect_lazy_with(connect.clone().application_name(&format!("{app}:listen")));
         let dialect = PgDialect::new(tag.clone());
+        let recorder = options.record.then(adapter::Recorder::default);
         let channel = wake_channel(&options.prefix);
         let adapter = PgAdapter {
             pool: pool.clone(),
@@ -119,6 +121,7 @@ impl PgBroker {
             wake_sql: dialect.wake_sql_text(&options.prefix).into(),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),
             reconnect_attempts: options.pool_size.saturating_add(2),
+            recorder: recorder.clone(),
         };
         let config = EngineConfig {
             prefix: options.prefix.clone(),
@@ -129,10 +132,8 @@ impl PgBroker {
         let inner = SqlBroker::new(Arc::new(adapter), Arc::new(dialect), config)?;
         let listener =
             tokio::spawn(notifier::listen(inner.clone(), listen_pool, channel, tag.clone()));
-        Ok(PgBroker {
-            inner,
-            handle: Arc::new(Handle { pool, tag, application_name: app, listener }),
-        })
+        let handle = Handle { pool, tag, application_name: app, listener, recorder };
+        Ok(PgBroker { inner, handle: Arc::new(handle) })
     }
 
     /// Transactional enqueue (extensions §E15): the task is stored inside `tx`, invisible to
@@ -182,6 +183,16 @@ impl PgBroker {
     /// The payload of this handle's wake-up notifications (unique per handle).
     pub fn tag(&self) -> &str {
         &self.handle.tag
+    }
+
+    /// Takes the statements this handle ran since the last call, with their arguments, when
+    /// it was built with `PgOptions::record_statements` (tests read query plans with them).
+    #[cfg(feature = "testing")]
+    pub fn take_statements(&self) -> Vec<(String, Vec<taskgate_sql::Value>)> {
+        match &self.handle.recorder {
+            Some(r) => std::mem::take(&mut *r.lock().unwrap_or_else(|p| p.into_inner())),
+            None => Vec::new(),
+        }
     }
 
     /// The engine underneath.

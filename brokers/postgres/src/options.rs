@@ -40,6 +40,7 @@ pub struct PgOptions {
     pub(crate) poll_interval: Duration,
     pub(crate) acquire_timeout: Duration,
     pub(crate) application_name: Option<String>,
+    pub(crate) record: bool,
 }
 
 impl PgOptions {
@@ -66,6 +67,7 @@ impl PgOptions {
             poll_interval: DEFAULT_POLL_INTERVAL,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             application_name: None,
+            record: false,
         }
     }
 
@@ -97,6 +99,13 @@ impl PgOptions {
     /// appended). Default: `taskgate:<handle tag>`.
     pub fn application_name(mut self, name: impl Into<String>) -> Self {
         self.application_name = Some(name.into());
+        self
+    }
+
+    /// Records every statement the handle runs, for `PgBroker::take_statements` (tests).
+    #[cfg(feature = "testing")]
+    pub fn record_statements(mut self) -> Self {
+        self.record = true;
         self
     }
 

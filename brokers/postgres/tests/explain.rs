@@ -1,0 +1,134 @@
+//! Query plans of the hot statements (extensions §E6): claim, ack, reap and the next-due probe
+//! must use an index whose leading columns exclude finished rows — also with many finished rows
+//! present, and both as custom plans (first executions) and as the generic plans PostgreSQL
+//! switches prepared statements to. The statements are the ones the engine really ran,
+//! recorded by the adapter, planned with the arguments they really had.
+
+mod common;
+
+use std::time::Duration;
+
+use sqlx::{Executor, PgConnection};
+use taskgate::{Broker, ManualClock, Task};
+use taskgate_sql::Value;
+
+const FINISHED: i64 = 30_000;
+
+/// The hot statement classes, how to recognise them, and the indexes they may use.
+const CLASSES: &[(&str, &str, &[&str])] = &[
+    ("claim", "ORDER BY run_at, id LIMIT", &["idx_ready", "idx_claim"]),
+    ("next-due probe", "SELECT MIN(m)", &["idx_ready", "idx_claim"]),
+    ("ack lock", "CASE WHEN EXISTS", &["tasks_pkey"]),
+    ("ack write", "SET status = 'completed'", &["tasks_pkey"]),
+    ("reap", "status = 'running' AND lease_until <", &["idx_status"]),
+    ("repair", "status = 'blocked'", &["idx_status"]),
+];
+
+fn pg_type(v: &Value) -> &'static str {
+    match v {
+        Value::Int(_) | Value::Null(taskgate_sql::Kind::Int) => "bigint",
+        Value::Text(_) | Value::Null(taskgate_sql::Kind::Text) => "text",
+        Value::Bytes(_) | Value::Null(taskgate_sql::Kind::Bytes) => "bytea",
+    }
+}
+
+fn literal(v: &Value) -> String {
+    match v {
+        Value::Null(_) => "NULL".to_owned(),
+        Value::Int(i) => i.to_string(),
+        Value::Text(s) => format!("'{}'", s.replace('\'', "''")),
+        Value::Bytes(b) => {
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            format!("'\\x{hex}'::bytea")
+        }
+    }
+}
+
+/// The plan of `sql` with `args`, as a custom or a generic plan.
+async fn plan(
+    conn: &mut PgConnection,
+    sql: &str,
+    args: &[Value],
+    generic: bool,
+) -> Result<String, taskgate::BoxError> {
+    let types: Vec<&str> = args.iter().map(pg_type).collect();
+    let values: Vec<String> = args.iter().map(literal).collect();
+    let types = if types.is_empty() { String::new() } else { format!("({})", types.join(", ")) };
+    let values = if values.is_empty() { String::new() } else { format!("({})", values.join(", ")) };
+    conn.execute(&*format!("PREPARE tg_plan{types} AS {sql}")).await?;
+    let mode = if generic { "force_generic_plan" } else { "force_custom_plan" };
+    conn.execute(&*format!("SET plan_cache_mode = {mode}")).await?;
+    let rows: Vec<(String,)> =
+        sqlx::query_as(&format!("EXPLAIN EXECUTE tg_plan{values}")).fetch_all(&mut *conn).await?;
+    conn.execute("DEALLOCATE tg_plan").await?;
+    Ok(rows.into_iter().map(|(l,)| l).collect::<Vec<_>>().join("\n"))
+}
+
+async fn seed_finished(conn: &mut PgConnection, p: &str) -> Result<(), taskgate::BoxError> {
+    conn.execute(&*format!(
+        "INSERT INTO {p}tasks (id, type, queue, status, run_at, created_at, finished_at, \
+         business_key) SELECT 'old' || g, 'job', CASE WHEN g % 2 = 0 THEN 'q' ELSE 'qc' END, \
+         CASE WHEN g % 3 = 0 THEN 'failed' ELSE 'completed' END, g, g, g + 1, \
+         CASE WHEN g % 5 = 0 THEN 'key' || g ELSE '' END FROM generate_series(1, {FINISHED}) g"
+    ))
+    .await?;
+    conn.execute(&*format!(
+        "INSERT INTO {p}task_deps (child_id, parent_id, done) SELECT 'old' || (g + 1), \
+         'old' || g, 1 FROM generate_series(1, {FINISHED} - 1) g"
+    ))
+    .await?;
+    conn.execute(&*format!("ANALYZE {p}tasks")).await?;
+    conn.execute(&*format!("ANALYZE {p}task_deps")).await?;
+    Ok(())
+}
+
+/// Runs every hot path once through the broker.
+async fn workload(b: &taskgate_postgres::PgBroker, clock: &ManualClock) -> taskgate::Result<()> {
+    b.enqueue(&Task::new("job", "q").with_id("p")).await?;
+    b.enqueue(&Task::new("job", "qc").with_id("c").with_depends_on(["p"])).await?;
+    b.enqueue(&Task::new("job", "qc").with_id("keyed").with_business_key("k")).await?;
+    let p = b.dequeue(&["q"]).await?;
+    b.ack(&p.id, &p.lease_token, Some(b"{}".to_vec())).await?;
+    let both = b.dequeue_many(&["q", "qc"], 5).await?;
+    assert_eq!(both.len(), 2);
+    assert!(b.try_dequeue(&["empty"]).await?.is_none());
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(b.reap_expired().await?, 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_statements_use_indexes_that_skip_finished_rows() -> Result<(), taskgate::BoxError> {
+    let Some(s) = common::storage("explain hot statements").await else { return Ok(()) };
+    let clock = ManualClock::at_contract_epoch();
+    let b = common::handle(&s, &clock, |o| o.record_statements()).await?;
+    let mut conn = s.admin().await?;
+    seed_finished(&mut conn, s.prefix()).await?;
+    b.take_statements();
+    workload(&b, &clock).await?;
+    let statements = b.take_statements();
+    let tasks = format!("{}tasks", s.prefix());
+    for (name, marker, allowed) in CLASSES {
+        let seen: Vec<&(String, Vec<Value>)> =
+            statements.iter().filter(|(sql, _)| sql.contains(marker)).collect();
+        assert!(!seen.is_empty(), "the workload ran no {name} statement");
+        for (sql, args) in seen {
+            for generic in [false, true] {
+                let text = plan(&mut conn, sql, args, generic).await?;
+                let kind = if generic { "generic" } else { "custom" };
+                if std::env::var_os("SHOW_PLANS").is_some() {
+                    println!("== {name} ({kind})\n{text}");
+                }
+                assert!(
+                    !text.contains(&format!("Seq Scan on {tasks}")),
+                    "{name} ({kind}) scans every row:\n{sql}\n{text}"
+                );
+                assert!(
+                    allowed.iter().any(|i| text.contains(&format!("{}{i}", s.prefix()))),
+                    "{name} ({kind}) uses none of {allowed:?}:\n{sql}\n{text}"
+                );
+            }
+        }
+    }
+    common::finish(s, &[&b]).await
+}
