@@ -1,0 +1,1 @@
+//! taskgate benchmarks (being written).
