@@ -139,8 +139,9 @@ impl State {
         let Some(entry) = self.tasks.remove(id) else { return };
         self.created.remove(&(entry.task.created_at.as_millis(), entry.key.clone()));
         self.index.remove(&entry.key, &entry.task);
-        self.replayed.remove(id);
-        // "Replayed" means a stored execution replays it (as in SQL): the target is free again.
+        // "Replayed" means a stored execution replays it (as in SQL, contract §1.1): when the
+        // replay goes, its target is free again; when the target goes, a stored replay still
+        // holds the marker (for a task that later reuses the ID).
         if !entry.task.replay_of.is_empty() {
             self.replayed.remove(entry.task.replay_of.as_str());
         }

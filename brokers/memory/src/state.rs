@@ -138,7 +138,7 @@ pub(crate) struct State {
     pub(crate) created: BTreeSet<(i64, Arc<str>)>,
     /// Business key → its executions in chain order (head first, tail last).
     pub(crate) chains: HashMap<String, Vec<Arc<str>>>,
-    /// IDs of executions that have been replayed.
+    /// IDs that a stored execution names as its `replay_of` (the "already replayed" marker).
     pub(crate) replayed: HashSet<Arc<str>>,
     /// Paused queues (§E4).
     pub(crate) paused: BTreeSet<String>,
