@@ -75,6 +75,11 @@ pub trait Adapter: Send + Sync + 'static {
     /// Opens a write transaction. SQLite: `BEGIN IMMEDIATE` on the single writer connection,
     /// so check-then-write is serialised across processes. PostgreSQL: READ COMMITTED.
     /// MySQL/MariaDB: READ COMMITTED (extensions §E6).
+    ///
+    /// Must be cancel-safe: when the returned future is dropped (a claimer whose caller went
+    /// away stops waiting for the writer), no transaction may stay open on the connection and
+    /// the waiter must leave any queue. Waiting for a connection is cancel-safe in sqlx; the
+    /// `BEGIN` itself should run on a spawned task (a dropped begin then rolls back).
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>>;
 
     /// Runs a read-only query outside any transaction, on a pooled read connection, with no

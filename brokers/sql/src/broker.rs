@@ -169,7 +169,18 @@ impl SqlBroker {
         let core = self.core.clone();
         tokio::spawn(async move {
             let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
-            let result = in_tx!(&core, &opts, "dequeue", |tx| claim::claim(&mut tx, &refs, max));
+            let mut sender = sender;
+            let result = in_tx!(&core, &opts, "dequeue", abandon = sender.closed(), |tx| async {
+                // The wait for the writer lock can be long; a caller that gave up meanwhile
+                // gets nothing claimed (instead of a claim that must be undone).
+                if sender.is_closed() {
+                    return Ok(Vec::new());
+                }
+                claim::claim(&mut tx, &refs, max).await
+            });
+            if matches!(result, Err(TxFail::Abandoned)) {
+                return;
+            }
             let result = result
                 .map(|tasks| ClaimGuard { core: core.clone(), opts: opts.clone(), tasks })
                 .map_err(|e| core.fail(e));

@@ -23,6 +23,8 @@ pub(crate) const LIMITED_TX_ATTEMPTS: u32 = 2;
 pub(crate) enum TxFail {
     Db(DbError),
     Op(Error),
+    /// The caller went away while waiting for the writer; nothing was done.
+    Abandoned,
 }
 
 impl From<DbError> for TxFail {
@@ -58,6 +60,7 @@ pub(crate) struct Core {
     pub(crate) hub: WakeHub,
     pub(crate) retries: AtomicU64,
     sql_cache: RwLock<HashMap<(usize, usize), Arc<str>>>,
+    sized_cache: RwLock<HashMap<(&'static str, (usize, usize)), Arc<str>>>,
     wake_sql: Option<String>,
     #[cfg(feature = "test-hooks")]
     pub(crate) before_commit: RwLock<Option<BeforeCommitHook>>,
@@ -80,6 +83,7 @@ impl Core {
             hub: WakeHub::new(),
             retries: AtomicU64::new(0),
             sql_cache: RwLock::new(HashMap::new()),
+            sized_cache: RwLock::new(HashMap::new()),
             wake_sql,
             #[cfg(feature = "test-hooks")]
             before_commit: RwLock::new(None),
@@ -109,6 +113,29 @@ impl Core {
         }
         let rendered: Arc<str> = self.render(template).into();
         self.sql_cache.write().unwrap_or_else(|p| p.into_inner()).insert(key, rendered.clone());
+        rendered
+    }
+
+    /// A statement that varies with list lengths, built by `build` (then rendered) once per
+    /// `(name, sizes)` and cached.
+    pub(crate) fn sql_sized(
+        &self,
+        name: &'static str,
+        sizes: (usize, usize),
+        build: impl FnOnce() -> String,
+    ) -> Arc<str> {
+        let key = (name, sizes);
+        let cache = self.sized_cache.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(hit) = cache.get(&key) {
+            return hit.clone();
+        }
+        drop(cache);
+        let rendered: Arc<str> = self.render(&build()).into();
+        let mut cache = self.sized_cache.write().unwrap_or_else(|p| p.into_inner());
+        if cache.len() > 4_096 {
+            cache.clear();
+        }
+        cache.insert(key, rendered.clone());
         rendered
     }
 
@@ -268,15 +295,26 @@ impl<'c> Tx<'c> {
 /// (up to 5 attempts; lock-wait timeouts at most 2) after a real-time back-off, return
 /// contract errors as they are. Snapshots of a failed attempt are dropped; the last attempt's
 /// are published after commit, and waiters are woken. Evaluates to `Result<T, TxFail>`.
+///
+/// With `abandon = <future>`, the wait for the writer ends with [`TxFail::Abandoned`] when
+/// that future completes first (a claimer whose caller went away leaves the queue; adapters'
+/// `begin` is cancel-safe).
 macro_rules! in_tx {
-    ($core:expr, $opts:expr, $op:expr, |$tx:ident| $body:expr) => {{
+    ($core:expr, $opts:expr, $op:expr, |$tx:ident| $body:expr) => {
+        $crate::core::in_tx!($core, $opts, $op, abandon = std::future::pending::<()>(), |$tx| $body)
+    };
+    ($core:expr, $opts:expr, $op:expr, abandon = $gone:expr, |$tx:ident| $body:expr) => {{
         let core: &$crate::core::Core = $core;
         let opts: &taskgate::ResolvedOptions = $opts;
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
             let outcome: Result<_, $crate::core::TxFail> = async {
-                let mut wtx = core.adapter.begin().await?;
+                let mut wtx = tokio::select! {
+                    biased;
+                    begun = core.adapter.begin() => begun?,
+                    _ = $gone => return Err($crate::core::TxFail::Abandoned),
+                };
                 let result = {
                     let mut $tx = $crate::core::Tx::new(wtx.conn(), core, opts);
                     match $body.await {

@@ -61,7 +61,7 @@ impl SqlQuotaGate {
         let now = self.now_override(tx.opts);
         match self.core.dialect.quota_shape(&table) {
             QuotaShape::UpsertReturning { sql } => {
-                let sql = self.core.render(&sql);
+                let sql = self.core.sql_sized("quota_upsert", (0, 0), || sql);
                 let args = [
                     Value::from(&self.key),
                     now,
@@ -77,14 +77,17 @@ impl SqlQuotaGate {
                 }
             }
             QuotaShape::EnsureThenUpdate { now_sql, ensure_sql, update_sql } => {
-                let rows = tx.fetch(&self.core.render(&now_sql), &[now], &[Kind::Int]).await?;
+                let now_sql = self.core.sql_sized("quota_now", (0, 0), || now_sql);
+                let rows = tx.fetch(&now_sql, &[now], &[Kind::Int]).await?;
                 let secs = Cols(rows.first().map(Vec::as_slice).unwrap_or_default()).int(0)?;
                 let win = taskgate::window_start(secs, self.period);
                 let (key, w) = (Value::from(&self.key), Value::Int(win));
                 let ensure = [key.clone(), w.clone(), Value::Int(self.period)];
-                tx.exec(&self.core.render(&ensure_sql), &ensure).await?;
+                let ensure_sql = self.core.sql_sized("quota_ensure", (0, 0), || ensure_sql);
+                tx.exec(&ensure_sql, &ensure).await?;
                 let update = [key, w, Value::Int(self.limit)];
-                let n = tx.exec(&self.core.render(&update_sql), &update).await?;
+                let update_sql = self.core.sql_sized("quota_update", (0, 0), || update_sql);
+                let n = tx.exec(&update_sql, &update).await?;
                 Ok((n == 1).then_some(win))
             }
         }
@@ -145,6 +148,7 @@ impl Core {
         match e {
             TxFail::Op(e) => e,
             TxFail::Db(e) => self.backend_error(e),
+            TxFail::Abandoned => Error::backend(self.name(), "the caller went away"),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! IMMEDIATE`, a small read pool that never waits for the writer (WAL), and a dedicated
 //! connection for migrations.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -10,6 +10,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqlitePool, SqliteRow};
 use sqlx::{Connection, Executor, Row as _, Sqlite, SqliteConnection, Transaction, ValueRef};
 use taskgate_sql::{Adapter, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
 
@@ -60,28 +61,32 @@ impl SqlConn for ConnRef<'_> {
     }
 }
 
-/// A `BEGIN IMMEDIATE` transaction on the writer connection.
-struct SqliteWriteTx(Transaction<'static, Sqlite>);
+/// A `BEGIN IMMEDIATE` transaction on the writer connection, holding the writer permit until
+/// it ends.
+struct SqliteWriteTx {
+    tx: Transaction<'static, Sqlite>,
+    _permit: OwnedSemaphorePermit,
+}
 
 #[async_trait]
 impl SqlConn for SqliteWriteTx {
     async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        ConnRef(&mut self.0).execute(sql, args).await
+        ConnRef(&mut self.tx).execute(sql, args).await
     }
 
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        ConnRef(&mut self.0).fetch(sql, args, kinds).await
+        ConnRef(&mut self.tx).fetch(sql, args, kinds).await
     }
 }
 
 #[async_trait]
 impl WriteTx for SqliteWriteTx {
     async fn commit(self: Box<Self>) -> DbResult<()> {
-        self.0.commit().await
+        self.tx.commit().await
     }
 
     async fn rollback(self: Box<Self>) -> DbResult<()> {
-        self.0.rollback().await
+        self.tx.rollback().await
     }
 
     fn conn(&mut self) -> &mut dyn SqlConn {
@@ -129,6 +134,8 @@ const OPTIMIZE_EVERY: Duration = Duration::from_secs(600);
 #[derive(Debug)]
 pub(crate) struct SqliteAdapter {
     pub(crate) writer: SqlitePool,
+    /// One permit: the queue of in-process writers (cancel-safe, unlike a half-run BEGIN).
+    pub(crate) gate: Arc<Semaphore>,
     pub(crate) readers: SqlitePool,
     pub(crate) session_options: SqliteConnectOptions,
     pub(crate) last_optimize: Mutex<Instant>,
@@ -178,7 +185,16 @@ pub(crate) async fn optimize_on(pool: &SqlitePool) -> DbResult<()> {
 impl Adapter for SqliteAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
         self.optimize_if_due();
-        Ok(Box::new(SqliteWriteTx(self.writer.begin_with("BEGIN IMMEDIATE").await?)))
+        // Waiting for the permit is the long, cancel-safe part (a dropped waiter leaves the
+        // queue). BEGIN runs on its own task: if our caller is dropped meanwhile, the finished
+        // transaction is dropped there and rolls back, never leaving the connection inside it.
+        let permit =
+            self.gate.clone().acquire_owned().await.map_err(|_| sqlx::Error::PoolClosed)?;
+        let writer = self.writer.clone();
+        let begun = tokio::spawn(async move { writer.begin_with("BEGIN IMMEDIATE").await });
+        let tx =
+            begun.await.map_err(|e| sqlx::Error::Protocol(format!("begin task failed: {e}")))??;
+        Ok(Box::new(SqliteWriteTx { tx, _permit: permit }))
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {

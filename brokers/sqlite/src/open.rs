@@ -144,6 +144,7 @@ pub(crate) async fn open(options: SqliteOptions) -> Result<SqliteBroker> {
     let (writer, readers, session_options) = pools(&options).await.map_err(open_error)?;
     let adapter = Arc::new(SqliteAdapter {
         writer,
+        gate: Arc::new(tokio::sync::Semaphore::new(1)),
         readers,
         session_options,
         last_optimize: Mutex::new(Instant::now()),

@@ -52,15 +52,17 @@ pub(crate) async fn probe(
     opts: &ResolvedOptions,
     queues: &[&str],
 ) -> taskgate::Result<ProbeResult> {
-    let per_queue = queues
-        .iter()
-        .map(|_| {
-            "SELECT MIN(run_at) AS m FROM {tasks} WHERE queue = ? \
-             AND status IN ('pending', 'retrying') AND queue NOT IN (SELECT queue FROM {paused})"
-        })
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
-    let sql = core.render(&format!("SELECT MIN(m), COALESCE(?, {{now}}) FROM ({per_queue}) e"));
+    let sql = core.sql_sized("probe", (queues.len(), 0), || {
+        let per_queue = queues
+            .iter()
+            .map(|_| {
+                "SELECT MIN(run_at) AS m FROM {tasks} WHERE queue = ? AND status IN \
+                 ('pending', 'retrying') AND queue NOT IN (SELECT queue FROM {paused})"
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        format!("SELECT MIN(m), COALESCE(?, {{now}}) FROM ({per_queue}) e")
+    });
     let mut args = vec![core.now_override(opts)];
     args.extend(queue_args(queues));
     let rows = core
@@ -127,14 +129,16 @@ async fn update_returning(
     now: Timestamp,
 ) -> Result<Vec<Task>, TxFail> {
     let (lease, lease_args) = lease_expr(tx.opts, queues, now);
-    let sql = tx.core.render(&format!(
-        "UPDATE {{tasks}} SET status = 'running', lease_token = {token}, lease_until = {lease}, \
-         started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END \
-         WHERE id IN (SELECT id FROM {{tasks}} WHERE {ready} ORDER BY run_at, id LIMIT ?) \
-         RETURNING {{cols}}",
-        token = tx.core.dialect.claim_token_sql(),
-        ready = ready_where(queues.len()),
-    ));
+    let token = tx.core.dialect.claim_token_sql();
+    let sql = tx.core.sql_sized("claim_update", (queues.len(), lease_args.len()), || {
+        format!(
+            "UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
+             lease_until = {lease}, started_at = CASE WHEN started_at = 0 THEN ? ELSE \
+             started_at END WHERE id IN (SELECT id FROM {{tasks}} WHERE {ready} \
+             ORDER BY run_at, id LIMIT ?) RETURNING {{cols}}",
+            ready = ready_where(queues.len()),
+        )
+    });
     let mut args = vec![Value::Text(id::new_ulid())];
     args.extend(lease_args);
     args.push(Value::from(now));
@@ -151,10 +155,12 @@ async fn select_then_update(
     max: usize,
     now: Timestamp,
 ) -> Result<Vec<Task>, TxFail> {
-    let sql = tx.core.render(&format!(
-        "SELECT {{cols}} FROM {{tasks}} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
-        ready_where(queues.len())
-    ));
+    let sql = tx.core.sql_sized("claim_select", (queues.len(), 0), || {
+        format!(
+            "SELECT {{cols}} FROM {{tasks}} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
+            ready_where(queues.len())
+        )
+    });
     let mut args = queue_args(queues);
     args.push(Value::from(now));
     args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));
@@ -164,12 +170,15 @@ async fn select_then_update(
     }
     let claimed: Vec<TaskRow> = rows.into_iter().map(|r| mark_claimed(tx.opts, r, now)).collect();
     let n = claimed.len();
-    let mut sql = "UPDATE {tasks} SET status = 'running', lease_token = CASE id".to_owned();
-    sql.push_str(&" WHEN ? THEN ?".repeat(n));
-    sql.push_str(" END, lease_until = CASE id");
-    sql.push_str(&" WHEN ? THEN ?".repeat(n));
-    sql.push_str(" END, started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END ");
-    sql.push_str(&format!("WHERE id IN ({})", placeholders(n)));
+    let sql = tx.core.sql_sized("claim_mark", (n, 0), || {
+        let mut sql = "UPDATE {tasks} SET status = 'running', lease_token = CASE id".to_owned();
+        sql.push_str(&" WHEN ? THEN ?".repeat(n));
+        sql.push_str(" END, lease_until = CASE id");
+        sql.push_str(&" WHEN ? THEN ?".repeat(n));
+        sql.push_str(" END, started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END ");
+        sql.push_str(&format!("WHERE id IN ({})", placeholders(n)));
+        sql
+    });
     let mut args = Vec::with_capacity(5 * n + 1);
     for r in &claimed {
         args.extend([Value::from(&r.task.id), Value::from(&r.task.lease_token)]);
@@ -179,7 +188,7 @@ async fn select_then_update(
     }
     args.push(Value::from(now));
     args.extend(claimed.iter().map(|r| Value::from(&r.task.id)));
-    tx.exec(&tx.core.render(&sql), &args).await?;
+    tx.exec(&sql, &args).await?;
     Ok(claimed.into_iter().map(|r| r.task).collect())
 }
 

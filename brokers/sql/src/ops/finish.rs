@@ -72,12 +72,14 @@ async fn lock_with_children(
     if ids.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let sql = tx.core.render(&format!(
-        "SELECT {{cols}}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE d.parent_id = \
-         {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END FROM {{tasks}} WHERE id IN ({}) \
-         ORDER BY id{{lock}}",
-        placeholders(ids.len())
-    ));
+    let sql = tx.core.sql_sized("ack_lock", (ids.len(), 0), || {
+        format!(
+            "SELECT {{cols}}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE d.parent_id = \
+             {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END FROM {{tasks}} WHERE id IN ({}) \
+             ORDER BY id{{lock}}",
+            placeholders(ids.len())
+        )
+    });
     let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
     let raw = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int])).await?;
     let mut rows = Vec::with_capacity(raw.len());
@@ -98,17 +100,20 @@ async fn complete_rows(tx: &mut Tx<'_>, rows: &[TaskRow], now: Timestamp) -> Res
         return Ok(());
     }
     let n = rows.len();
-    let mut sql = "UPDATE {tasks} SET status = 'completed', result = CASE id".to_owned();
-    sql.push_str(&" WHEN ? THEN ?".repeat(n));
-    sql.push_str(" END, finished_at = ?, lease_token = '', lease_until = 0, cancel_requested = 0 ");
-    sql.push_str(&format!("WHERE id IN ({})", placeholders(n)));
+    let sql = tx.core.sql_sized("ack_complete", (n, 0), || {
+        let mut sql = "UPDATE {tasks} SET status = 'completed', result = CASE id".to_owned();
+        sql.push_str(&" WHEN ? THEN ?".repeat(n));
+        sql.push_str(" END, finished_at = ?, lease_token = '', lease_until = 0, ");
+        sql.push_str(&format!("cancel_requested = 0 WHERE id IN ({})", placeholders(n)));
+        sql
+    });
     let mut args = Vec::with_capacity(3 * n + 1);
     for r in rows {
         args.extend([Value::from(&r.task.id), Value::opt_bytes(r.task.result.as_deref())]);
     }
     args.push(Value::from(now));
     args.extend(rows.iter().map(|r| Value::from(&r.task.id)));
-    tx.exec(&tx.core.render(&sql), &args).await?;
+    tx.exec(&sql, &args).await?;
     Ok(())
 }
 
@@ -236,8 +241,9 @@ pub(crate) async fn save_step(
 pub(crate) async fn pause_queue(tx: &mut Tx<'_>, queue: &str) -> Result<(), TxFail> {
     let now = tx.now().await?;
     let table = format!("{}paused_queues", tx.core.prefix);
-    let sql = tx.core.dialect.insert_ignore(&table, "queue, paused_at", "?, ?", "queue");
-    let sql = tx.core.render(&sql);
+    let sql = tx.core.sql_sized("pause", (0, 0), || {
+        tx.core.dialect.insert_ignore(&table, "queue, paused_at", "?, ?", "queue")
+    });
     tx.exec(&sql, &[Value::from(queue), Value::from(now)]).await?;
     Ok(())
 }

@@ -41,10 +41,12 @@ pub(crate) async fn lock_tasks(tx: &mut Tx<'_>, ids: &[&str]) -> Result<Vec<Task
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = tx.core.render(&format!(
-        "SELECT {{cols}} FROM {{tasks}} WHERE id IN ({}) ORDER BY id{{lock}}",
-        placeholders(ids.len())
-    ));
+    let sql = tx.core.sql_sized("lock_tasks", (ids.len(), 0), || {
+        format!(
+            "SELECT {{cols}} FROM {{tasks}} WHERE id IN ({}) ORDER BY id{{lock}}",
+            placeholders(ids.len())
+        )
+    });
     let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
     let rows = tx.fetch(&sql, &args, &TASK_KINDS).await?;
     decode_all(&rows)
@@ -68,10 +70,12 @@ pub(crate) async fn lock_statuses(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = tx.core.render(&format!(
-        "SELECT id, status FROM {{tasks}} WHERE id IN ({}) ORDER BY id{{lock}}",
-        placeholders(ids.len())
-    ));
+    let sql = tx.core.sql_sized("lock_statuses", (ids.len(), 0), || {
+        format!(
+            "SELECT id, status FROM {{tasks}} WHERE id IN ({}) ORDER BY id{{lock}}",
+            placeholders(ids.len())
+        )
+    });
     let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
     let rows = tx.fetch(&sql, &args, &[Kind::Text, Kind::Text]).await?;
     rows.iter().map(|r| id_status(r)).collect()
