@@ -64,7 +64,7 @@ impl Model {
     /// `replay(request)`: locate, check (not final, replayed, completed), create (§8.3).
     pub(crate) fn replay(&mut self, request: &ReplayRequest) -> Result<Task, Fault> {
         let by_id = !request.execution_id.is_empty();
-        if by_id == !request.business_key.is_empty() {
+        if by_id != request.business_key.is_empty() {
             return Err(Fault::of(ErrorKind::InvalidInput).loose());
         }
         let target = if by_id {

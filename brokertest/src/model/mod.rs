@@ -75,7 +75,7 @@ mod cascade;
 mod check;
 mod exec;
 mod gen;
-// pub mod history;
+pub mod history;
 mod identity;
 mod op;
 mod run;
@@ -85,7 +85,7 @@ mod write;
 
 pub use call::{brief, Call, Detail, Fault, Outcome};
 pub use gen::ContractMachine;
-// pub use history::{history_test, run_history_check, HistoryConfig, HistoryFailure, HistoryReport};
+pub use history::{history_test, run_history_check, HistoryConfig, HistoryFailure, HistoryReport};
 pub use op::{
     ListSpec, Op, ReplayTarget, StepSpec, TaskSpec, TokenRef, KEYS, PRESET_IDS, QUEUES, TYPES,
 };

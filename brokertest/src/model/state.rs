@@ -144,11 +144,11 @@ impl Model {
     }
 
     pub(crate) fn entry(&self, name: &str) -> Result<&Entry, Fault> {
-        self.tasks.get(name).ok_or_else(|| Fault::not_found())
+        self.tasks.get(name).ok_or_else(Fault::not_found)
     }
 
     pub(crate) fn entry_mut(&mut self, name: &str) -> Result<&mut Entry, Fault> {
-        self.tasks.get_mut(name).ok_or_else(|| Fault::not_found())
+        self.tasks.get_mut(name).ok_or_else(Fault::not_found)
     }
 
     pub(crate) fn status_of(&self, name: &str) -> Option<Status> {

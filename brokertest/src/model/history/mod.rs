@@ -1,0 +1,358 @@
+//! The concurrency checker (histories, not a model): K workers on separate broker handles of
+//! one storage claim, heartbeat, ack, fail, requeue, crash and drop futures at random over M
+//! tasks with fan-in dependencies, while a producer enqueues (and cancels a few) and a reaper
+//! moves the clock and reaps. Every call is recorded with start and end stamps from one
+//! counter. Afterwards the history and the final state must show:
+//!
+//! * no two valid leases on one task at once — a call that succeeded with a token never
+//!   started after a newer claim of that task had returned;
+//! * every task ends terminal or claimable (or blocked on a parent still unfinished) once the
+//!   workers released what they held and expired leases were reaped, and nothing runs under a
+//!   lease no caller received (dropped claims are cancel-safe);
+//! * after draining (claim and ack whatever is claimable), every task is terminal — no lost
+//!   wake-up;
+//! * each completed task was acked by exactly one token, and no other task was acked;
+//! * Counts equal a re-aggregation of List;
+//! * no child was claimed before all its parents were acked, a completed child has completed
+//!   parents, and a child of a failed or cancelled parent is cancelled.
+
+mod actors;
+mod record;
+mod verify;
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use taskgate::{BoxError, Broker, BrokerOptions, Clock, Filter, ManualClock, Task};
+
+use actors::{drain, plan, producer, reaper, release, Worker, World};
+use record::{Act, Record, Res, Rng};
+
+use super::exec::bounded;
+use crate::{Factory, Storage};
+
+/// Environment variable overriding the number of rounds.
+pub const ROUNDS_VAR: &str = "TASKGATE_HISTORY_ROUNDS";
+/// Environment variable fixing the seed of the first round.
+pub const HISTORY_SEED_VAR: &str = "TASKGATE_HISTORY_SEED";
+
+/// The size of a history check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// Workers, each on its own handle.
+    pub workers: usize,
+    /// Tasks (a third are roots, the rest depend on one to three earlier tasks).
+    pub tasks: usize,
+    /// Random actions per worker.
+    pub ops_per_worker: usize,
+    /// Rounds, each on fresh storage with the next seed.
+    pub rounds: u32,
+}
+
+impl Default for HistoryConfig {
+    /// 4 workers, 40 tasks, 200 actions per worker, 3 rounds.
+    fn default() -> Self {
+        HistoryConfig { workers: 4, tasks: 40, ops_per_worker: 200, rounds: 3 }
+    }
+}
+
+impl HistoryConfig {
+    /// The same config with `TASKGATE_HISTORY_ROUNDS` applied when set.
+    pub fn with_env(mut self) -> Self {
+        if let Some(rounds) = std::env::var(ROUNDS_VAR).ok().and_then(|v| v.trim().parse().ok()) {
+            self.rounds = rounds;
+        }
+        self
+    }
+}
+
+/// A passed (or skipped) history check.
+#[derive(Clone, Debug, Default)]
+pub struct HistoryReport {
+    /// The factory's name.
+    pub backend: String,
+    /// Rounds run.
+    pub rounds: u32,
+    /// Seed of the first round.
+    pub seed: u64,
+    /// Calls recorded, over all rounds.
+    pub calls: usize,
+    /// Successful claims.
+    pub claims: usize,
+    /// Token calls refused with `LeaseLost`.
+    pub lease_lost: usize,
+    /// Calls whose future was dropped.
+    pub dropped: usize,
+    /// Expired leases the reaper handled.
+    pub reaped: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Why the check was skipped, if it was.
+    pub skipped: Option<String>,
+}
+
+/// A failed history check: the violated properties, with the records that prove them.
+#[derive(Clone, Debug)]
+pub struct HistoryFailure {
+    /// The factory's name.
+    pub backend: String,
+    /// The failing round's seed (`TASKGATE_HISTORY_SEED` replays its choices; the
+    /// interleaving is real concurrency and differs run to run).
+    pub seed: u64,
+    /// The failing round (1-based).
+    pub round: u32,
+    /// What was violated.
+    pub violations: Vec<String>,
+}
+
+impl fmt::Display for HistoryFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "history check against {} failed in round {} (seed {}): {} violation(s)",
+            self.backend,
+            self.round,
+            self.seed,
+            self.violations.len()
+        )?;
+        for v in self.violations.iter().take(12) {
+            writeln!(f, "  - {v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for HistoryFailure {}
+
+/// Runs `config.rounds` concurrent histories against fresh storage from `factory` and checks
+/// each (see the [module docs](self)). Call it from a plain `#[test]`.
+pub fn run_history_check<F: Factory + 'static>(
+    factory: F,
+    config: HistoryConfig,
+) -> Result<HistoryReport, HistoryFailure> {
+    let backend = factory.name();
+    let started = Instant::now();
+    let seed = std::env::var(HISTORY_SEED_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(fresh_seed);
+    let fail =
+        |round, violations| HistoryFailure { backend: backend.clone(), seed, round, violations };
+    let rt = runtime().map_err(|e| fail(0, vec![e]))?;
+    let mut report = HistoryReport { backend: backend.clone(), seed, ..HistoryReport::default() };
+    if let Some(why) = rt.block_on(super::run::probe(&factory)).map_err(|e| fail(0, vec![e]))? {
+        report.skipped = Some(why);
+        return Ok(report);
+    }
+    for round in 1..=config.rounds {
+        let round_seed = seed.wrapping_add(u64::from(round - 1));
+        let records = rt.block_on(run_round(&factory, &config, round_seed)).map_err(|v| {
+            HistoryFailure { backend: backend.clone(), seed: round_seed, round, violations: v }
+        })?;
+        tally(&mut report, &records.0);
+        report.reaped += records.1;
+        report.rounds = round;
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Like [`run_history_check`] with `TASKGATE_HISTORY_ROUNDS` applied; panics with the
+/// violations when a property fails.
+pub fn history_test<F: Factory + 'static>(factory: F, config: HistoryConfig) {
+    match run_history_check(factory, config.with_env()) {
+        Ok(r) => match &r.skipped {
+            Some(why) => {
+                eprintln!("\n*** SKIPPED history check against {}: {why} ***\n", r.backend)
+            }
+            None => eprintln!(
+                "history check against {}: {} rounds, {} calls ({} claims, {} reaped, {} lease \
+                 lost, {} dropped) in {:.1?} (seed {})",
+                r.backend,
+                r.rounds,
+                r.calls,
+                r.claims,
+                r.reaped,
+                r.lease_lost,
+                r.dropped,
+                r.elapsed,
+                r.seed
+            ),
+        },
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+fn tally(report: &mut HistoryReport, records: &[Record]) {
+    report.calls += records.len();
+    report.claims += records.iter().filter(|r| r.act == Act::Claim && !r.task.is_empty()).count();
+    report.lease_lost +=
+        records.iter().filter(|r| r.res == Res::Err(taskgate::ErrorKind::LeaseLost)).count();
+    report.dropped += records.iter().filter(|r| r.res == Res::Dropped).count();
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err("run the history check from a plain #[test], not inside a tokio runtime".into());
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot build a tokio runtime: {e}"))
+}
+
+fn fresh_seed() -> u64 {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    u64::try_from(nanos % u128::from(u64::MAX)).unwrap_or(0)
+}
+
+/// The handles of one round and the storage they share.
+struct Round {
+    storage: Box<dyn Storage>,
+    handles: Vec<Arc<dyn Broker>>,
+    options: BrokerOptions,
+}
+
+impl Round {
+    async fn open(&mut self) -> Result<Arc<dyn Broker>, BoxError> {
+        let handle = self.storage.handle().await?;
+        handle.init(self.options.clone()).await?;
+        self.handles.push(handle.clone());
+        Ok(handle)
+    }
+
+    async fn close(self) -> Result<(), String> {
+        for handle in &self.handles {
+            handle.close().await.map_err(|e| format!("close failed: {e}"))?;
+        }
+        self.storage.cleanup().await.map_err(|e| format!("cleanup failed: {e}"))
+    }
+}
+
+async fn run_round(
+    factory: &dyn Factory,
+    config: &HistoryConfig,
+    seed: u64,
+) -> Result<(Vec<Record>, u64), Vec<String>> {
+    let storage =
+        factory.storage().await.map_err(|e| vec![format!("cannot create storage: {e}")])?;
+    let clock = ManualClock::at_contract_epoch();
+    let options = BrokerOptions {
+        default_lease_ttl: Duration::from_secs(60),
+        lease_lost_max: 5,
+        throttled_max: 3,
+        clock: Some(Arc::new(clock.clone()) as Arc<dyn Clock>),
+        ..BrokerOptions::default()
+    };
+    let mut round = Round { storage, handles: Vec::new(), options };
+    let world = Arc::new(World::new(clock));
+    let outcome = play(&mut round, &world, config, seed).await;
+    let closed = round.close().await;
+    let mut violations = match outcome {
+        Ok(v) => v,
+        Err(e) => vec![e],
+    };
+    violations.extend(closed.err());
+    violations.extend(world.hangs.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned());
+    if violations.is_empty() {
+        Ok((world.recorder.all(), world.reaped.load(Ordering::SeqCst)))
+    } else {
+        Err(violations)
+    }
+}
+
+/// Runs the actors, then checks the history and the final state.
+async fn play(
+    round: &mut Round,
+    world: &Arc<World>,
+    config: &HistoryConfig,
+    seed: u64,
+) -> Result<Vec<String>, String> {
+    let mut rng = Rng::new(seed);
+    let planned = plan(config.tasks, &mut rng);
+    let open_err = |e: BoxError| format!("cannot open a handle: {e}");
+    let produce = tokio::spawn(producer(
+        round.open().await.map_err(open_err)?,
+        world.clone(),
+        planned,
+        Rng::new(rng.next()),
+    ));
+    let reap = tokio::spawn(reaper(
+        round.open().await.map_err(open_err)?,
+        world.clone(),
+        Rng::new(rng.next()),
+    ));
+    let mut workers = Vec::new();
+    for k in 0..config.workers {
+        let broker = round.open().await.map_err(open_err)?;
+        let worker = Worker {
+            name: format!("w{k}"),
+            broker: broker.clone(),
+            world: world.clone(),
+            rng: Rng::new(rng.next()),
+            held: Vec::new(),
+        };
+        workers.push((broker, tokio::spawn(worker.run(config.ops_per_worker))));
+    }
+    let mut held = Vec::new();
+    for (k, (broker, join)) in workers.into_iter().enumerate() {
+        held.push((k, broker, join.await.map_err(|e| format!("worker w{k} panicked: {e}"))?));
+    }
+    produce.await.map_err(|e| format!("producer panicked: {e}"))?;
+    world.stop.store(true, Ordering::SeqCst);
+    reap.await.map_err(|e| format!("reaper panicked: {e}"))?;
+    for (k, broker, leases) in held {
+        release(&*broker, world, &format!("w{k}"), leases).await;
+    }
+    let checker = round.open().await.map_err(open_err)?;
+    check(&*checker, world).await
+}
+
+async fn list(broker: &dyn Broker) -> Result<Vec<Task>, String> {
+    match bounded(broker.list(&Filter::default())).await? {
+        Ok(tasks) => Ok(tasks),
+        Err(e) => Err(format!("list failed: {e}")),
+    }
+}
+
+/// The final-state checks and the history checks, in order.
+async fn check(broker: &dyn Broker, world: &World) -> Result<Vec<String>, String> {
+    let mut violations = settle(broker, world).await?;
+    world.clock.advance(Duration::from_secs(61));
+    bounded(broker.reap_expired()).await?.map_err(|e| format!("reap failed: {e}"))?;
+    violations.extend(verify::terminal_or_claimable(&list(broker).await?));
+    bounded(drain(broker, world, 200)).await?.map_err(|e| format!("drain failed: {e}"))?;
+    let tasks = list(broker).await?;
+    let stuck: Vec<String> = tasks
+        .iter()
+        .filter(|t| !t.status.is_terminal())
+        .map(|t| format!("{} {}", t.id, t.status))
+        .collect();
+    if !stuck.is_empty() {
+        violations.push(format!("lost wake-up: never finished after draining: {stuck:?}"));
+    }
+    let counts = bounded(broker.counts()).await?.map_err(|e| format!("counts failed: {e}"))?;
+    violations.extend(verify::counts_match(&counts, &tasks));
+    let records = world.recorder.all();
+    violations.extend(verify::exclusive_leases(&records));
+    violations.extend(verify::acked_once(&records, &tasks));
+    violations.extend(verify::children_after_parents(&records, &tasks));
+    violations.extend(verify::final_dependencies(&tasks));
+    Ok(violations)
+}
+
+/// Waits (up to 2 s real time) until no task runs under a lease nobody received — a dropped
+/// claim must hand its task back at once — and reports those that still do.
+async fn settle(broker: &dyn Broker, world: &World) -> Result<Vec<String>, String> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let leaked = verify::leaked_claims(&world.recorder.all(), &list(broker).await?);
+        if leaked.is_empty() || Instant::now() > deadline {
+            return Ok(leaked);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
