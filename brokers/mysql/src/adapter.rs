@@ -6,6 +6,7 @@
 //! `innodb_lock_wait_timeout`, so a lock wait surfaces as 1205 in seconds, not in 50. Every
 //! statement passes through [`rewrite::for_mysql`](crate::rewrite) on its way out.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -15,14 +16,19 @@ use taskgate_sql::{Adapter, DbResult, Kind, Row, Session, SqlConn, Value, WriteT
 
 use crate::{codec, rewrite};
 
-/// The distinct statement texts a broker ran, in first-use order (tests read them to check
-/// query plans on exactly what the engine sends).
+/// The distinct statement texts a broker ran, in first-use order, and how many statements it
+/// ran in all (tests check query plans on exactly what the engine sends, and that invalid
+/// input is refused before any I/O).
 #[derive(Debug, Default)]
-pub(crate) struct StatementLog(Mutex<Vec<String>>);
+pub(crate) struct StatementLog {
+    texts: Mutex<Vec<String>>,
+    count: AtomicU64,
+}
 
 impl StatementLog {
     fn record(&self, sql: &str) {
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut seen = self.texts.lock().unwrap_or_else(|p| p.into_inner());
         if !seen.iter().any(|s| s == sql) {
             seen.push(sql.to_owned());
         }
@@ -30,7 +36,12 @@ impl StatementLog {
 
     /// A copy of the recorded texts.
     pub(crate) fn snapshot(&self) -> Vec<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.texts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Statements run so far.
+    pub(crate) fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
     }
 }
 

@@ -119,7 +119,7 @@ impl MySqlBroker {
         tx: &mut sqlx::Transaction<'_, MySql>,
         task: &Task,
     ) -> Result<Task> {
-        let mut conn = BorrowedConn::new(&mut **tx);
+        let mut conn = BorrowedConn::new(tx);
         self.inner.enqueue_on(&mut conn, task).await
     }
 
@@ -153,6 +153,12 @@ impl MySqlBroker {
     /// with `MySqlOptions::record_statements` (feature `testing`); empty otherwise.
     pub fn recorded_statements(&self) -> Vec<String> {
         self.log.as_ref().map(|l| l.snapshot()).unwrap_or_default()
+    }
+
+    /// How many statements this handle ran, when built with `MySqlOptions::record_statements`
+    /// (feature `testing`); 0 otherwise.
+    pub fn statement_count(&self) -> u64 {
+        self.log.as_ref().map_or(0, |l| l.count())
     }
 }
 

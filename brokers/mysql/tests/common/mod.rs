@@ -1,0 +1,60 @@
+//! Shared set-up of the MySQL integration tests: fresh storage on the test server (or a loud
+//! skip when there is none and `TASKGATE_REQUIRE_DB` is not `1`), initialised handles, and
+//! server-side helpers.
+
+#![allow(dead_code, unreachable_pub, reason = "each test binary uses a different subset")]
+
+use std::sync::Arc;
+
+use brokertest::Unavailable;
+use sqlx::{Connection, MySqlConnection, Row};
+use taskgate::{BoxError, Broker, BrokerOptions, ManualClock};
+use taskgate_mysql::testing::{MySqlFactory, MySqlStorage};
+use taskgate_mysql::MySqlBroker;
+
+/// Fresh storage, or `None` (after a loud message) when no server is reachable and skipping is
+/// allowed.
+pub async fn storage(test: &str) -> Option<MySqlStorage> {
+    storage_with(test, MySqlFactory::from_env()).await
+}
+
+/// Like [`storage`] with a custom factory (pool size).
+pub async fn storage_with(test: &str, factory: MySqlFactory) -> Option<MySqlStorage> {
+    match factory.mysql_storage().await {
+        Ok(s) => Some(s),
+        Err(e) if e.downcast_ref::<Unavailable>().is_some() && !brokertest::require_db() => {
+            eprintln!("\n*** SKIPPED mysql: {test}: {e} ***\n");
+            None
+        }
+        Err(e) => panic!("mysql: {test}: no storage: {e}"),
+    }
+}
+
+/// A handle on `storage`, initialised with `options`.
+pub async fn handle(
+    storage: &MySqlStorage,
+    options: BrokerOptions,
+) -> Result<Arc<MySqlBroker>, BoxError> {
+    let broker = Arc::new(storage.mysql_handle()?);
+    broker.init(options).await?;
+    Ok(broker)
+}
+
+/// Options with a manual clock at the contract epoch.
+pub fn manual_options() -> (BrokerOptions, ManualClock) {
+    let clock = ManualClock::at_contract_epoch();
+    let options = BrokerOptions::default().with_clock(Arc::new(clock.clone()));
+    (options, clock)
+}
+
+/// A direct connection to the test server (outside any broker).
+pub async fn connect(storage: &MySqlStorage) -> Result<MySqlConnection, BoxError> {
+    let url = storage.url().replacen("mariadb://", "mysql://", 1);
+    Ok(MySqlConnection::connect(&url).await?)
+}
+
+/// `true` when the server is MariaDB.
+pub async fn is_mariadb(conn: &mut MySqlConnection) -> Result<bool, BoxError> {
+    let row = sqlx::query("SELECT VERSION()").fetch_one(&mut *conn).await?;
+    Ok(row.try_get::<String, _>(0)?.to_ascii_lowercase().contains("mariadb"))
+}
