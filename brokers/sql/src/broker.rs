@@ -86,6 +86,10 @@ impl SqlBroker {
         Ok(applied)
     }
 
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
+    }
+
     /// The table prefix.
     pub fn prefix(&self) -> &str {
         &self.core.prefix

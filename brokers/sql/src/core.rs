@@ -50,6 +50,9 @@ impl From<crate::value::DecodeError> for TxFail {
 #[cfg(feature = "test-hooks")]
 pub type BeforeCommitHook = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// A sized statement's cache key: its name and the list lengths it was built for.
+type SizedKey = (&'static str, (usize, usize));
+
 /// Everything one broker handle shares between its operations and spawned claim tasks.
 pub(crate) struct Core {
     pub(crate) adapter: Arc<dyn Adapter>,
@@ -60,7 +63,7 @@ pub(crate) struct Core {
     pub(crate) hub: WakeHub,
     pub(crate) retries: AtomicU64,
     sql_cache: RwLock<HashMap<(usize, usize), Arc<str>>>,
-    sized_cache: RwLock<HashMap<(&'static str, (usize, usize)), Arc<str>>>,
+    sized_cache: RwLock<HashMap<SizedKey, Arc<str>>>,
     wake_sql: Option<String>,
     #[cfg(feature = "test-hooks")]
     pub(crate) before_commit: RwLock<Option<BeforeCommitHook>>,

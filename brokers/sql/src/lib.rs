@@ -51,6 +51,7 @@ mod core;
 mod dialect;
 mod migrate;
 mod ops;
+mod plans;
 mod quota;
 pub mod row;
 mod value;
@@ -64,6 +65,7 @@ pub use dialect::{
     RetryClass, TimeSource, UniqueTarget,
 };
 pub use migrate::{migrate, split_statements, Migration};
+pub use plans::HotStatement;
 pub use value::{DecodeError, Kind, Row, Value};
 
 #[doc(hidden)]

@@ -46,23 +46,57 @@ impl ProbeResult {
     }
 }
 
+/// The probe for `n` queues: the earliest claimable `run_at` per queue (each an index seek on
+/// `idx_ready`), and the medium's now. Arguments: now override, then the queues.
+pub(crate) fn probe_sql(core: &Core, n: usize) -> std::sync::Arc<str> {
+    core.sql_sized("probe", (n, 0), || {
+        let per_queue = vec![
+            "SELECT MIN(run_at) AS m FROM {tasks} WHERE queue = ? AND status IN \
+             ('pending', 'retrying') AND queue NOT IN (SELECT queue FROM {paused})";
+            n
+        ]
+        .join(" UNION ALL ");
+        format!("SELECT MIN(m), COALESCE(?, {{now}}) FROM ({per_queue}) e")
+    })
+}
+
+/// The one-statement claim for `n` queues with lease expression `lease` (`lease_args`
+/// arguments). Arguments: token prefix, lease args, now (started_at), queues, now, limit.
+pub(crate) fn claim_update_sql(
+    core: &Core,
+    n: usize,
+    lease: &str,
+    lease_args: usize,
+) -> std::sync::Arc<str> {
+    let token = core.dialect.claim_token_sql();
+    core.sql_sized("claim_update", (n, lease_args), || {
+        format!(
+            "UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
+             lease_until = {lease}, started_at = CASE WHEN started_at = 0 THEN ? ELSE \
+             started_at END WHERE id IN (SELECT id FROM {{tasks}} WHERE {ready} \
+             ORDER BY run_at, id LIMIT ?) RETURNING {{cols}}",
+            ready = ready_where(n),
+        )
+    })
+}
+
+/// The claim's candidate read for `n` queues. Arguments: queues, now, limit.
+pub(crate) fn claim_select_sql(core: &Core, n: usize) -> std::sync::Arc<str> {
+    core.sql_sized("claim_select", (n, 0), || {
+        format!(
+            "SELECT {{cols}} FROM {{tasks}} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
+            ready_where(n)
+        )
+    })
+}
+
 /// The read-only probe: one statement on a read connection, no transaction, no lock.
 pub(crate) async fn probe(
     core: &Core,
     opts: &ResolvedOptions,
     queues: &[&str],
 ) -> taskgate::Result<ProbeResult> {
-    let sql = core.sql_sized("probe", (queues.len(), 0), || {
-        let per_queue = queues
-            .iter()
-            .map(|_| {
-                "SELECT MIN(run_at) AS m FROM {tasks} WHERE queue = ? AND status IN \
-                 ('pending', 'retrying') AND queue NOT IN (SELECT queue FROM {paused})"
-            })
-            .collect::<Vec<_>>()
-            .join(" UNION ALL ");
-        format!("SELECT MIN(m), COALESCE(?, {{now}}) FROM ({per_queue}) e")
-    });
+    let sql = probe_sql(core, queues.len());
     let mut args = vec![core.now_override(opts)];
     args.extend(queue_args(queues));
     let rows = core
@@ -129,16 +163,7 @@ async fn update_returning(
     now: Timestamp,
 ) -> Result<Vec<Task>, TxFail> {
     let (lease, lease_args) = lease_expr(tx.opts, queues, now);
-    let token = tx.core.dialect.claim_token_sql();
-    let sql = tx.core.sql_sized("claim_update", (queues.len(), lease_args.len()), || {
-        format!(
-            "UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
-             lease_until = {lease}, started_at = CASE WHEN started_at = 0 THEN ? ELSE \
-             started_at END WHERE id IN (SELECT id FROM {{tasks}} WHERE {ready} \
-             ORDER BY run_at, id LIMIT ?) RETURNING {{cols}}",
-            ready = ready_where(queues.len()),
-        )
-    });
+    let sql = claim_update_sql(tx.core, queues.len(), &lease, lease_args.len());
     let mut args = vec![Value::Text(id::new_ulid())];
     args.extend(lease_args);
     args.push(Value::from(now));
@@ -155,12 +180,7 @@ async fn select_then_update(
     max: usize,
     now: Timestamp,
 ) -> Result<Vec<Task>, TxFail> {
-    let sql = tx.core.sql_sized("claim_select", (queues.len(), 0), || {
-        format!(
-            "SELECT {{cols}} FROM {{tasks}} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
-            ready_where(queues.len())
-        )
-    });
+    let sql = claim_select_sql(tx.core, queues.len());
     let mut args = queue_args(queues);
     args.push(Value::from(now));
     args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));

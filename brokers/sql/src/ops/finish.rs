@@ -6,7 +6,9 @@ use taskgate::{AckItem, Error, Failure, Result, Status, Step, Timestamp};
 
 use super::propagate::propagate;
 use super::{check_token, finish, lock_task, release, write_row, Also};
-use crate::core::{Tx, TxFail};
+use std::sync::Arc;
+
+use crate::core::{Core, Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::TaskRow;
 use crate::{Kind, Value};
@@ -63,6 +65,30 @@ pub(crate) async fn ack_many(
     Ok(outcomes)
 }
 
+/// The ack's locking read of `n` tasks with their "has open child edges" flag. Arguments:
+/// the IDs.
+pub(crate) fn ack_lock_sql(core: &Core, n: usize) -> Arc<str> {
+    core.sql_sized("ack_lock", (n, 0), || {
+        format!(
+            "SELECT {{cols}}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE d.parent_id = \
+             {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END FROM {{tasks}} WHERE id IN ({}) \
+             ORDER BY id{{lock}}",
+            placeholders(n)
+        )
+    })
+}
+
+/// The ack's write of `n` tasks. Arguments: (id, result) pairs, now, the IDs.
+pub(crate) fn ack_complete_sql(core: &Core, n: usize) -> Arc<str> {
+    core.sql_sized("ack_complete", (n, 0), || {
+        let mut sql = "UPDATE {tasks} SET status = 'completed', result = CASE id".to_owned();
+        sql.push_str(&" WHEN ? THEN ?".repeat(n));
+        sql.push_str(" END, finished_at = ?, lease_token = '', lease_until = 0, ");
+        sql.push_str(&format!("cancel_requested = 0 WHERE id IN ({})", placeholders(n)));
+        sql
+    })
+}
+
 /// Locks rows by ID and reports which have open child edges (so propagation is skipped for
 /// the common childless task without another round trip).
 async fn lock_with_children(
@@ -72,14 +98,7 @@ async fn lock_with_children(
     if ids.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let sql = tx.core.sql_sized("ack_lock", (ids.len(), 0), || {
-        format!(
-            "SELECT {{cols}}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE d.parent_id = \
-             {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END FROM {{tasks}} WHERE id IN ({}) \
-             ORDER BY id{{lock}}",
-            placeholders(ids.len())
-        )
-    });
+    let sql = ack_lock_sql(tx.core, ids.len());
     let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
     let raw = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int])).await?;
     let mut rows = Vec::with_capacity(raw.len());
@@ -100,13 +119,7 @@ async fn complete_rows(tx: &mut Tx<'_>, rows: &[TaskRow], now: Timestamp) -> Res
         return Ok(());
     }
     let n = rows.len();
-    let sql = tx.core.sql_sized("ack_complete", (n, 0), || {
-        let mut sql = "UPDATE {tasks} SET status = 'completed', result = CASE id".to_owned();
-        sql.push_str(&" WHEN ? THEN ?".repeat(n));
-        sql.push_str(" END, finished_at = ?, lease_token = '', lease_until = 0, ");
-        sql.push_str(&format!("cancel_requested = 0 WHERE id IN ({})", placeholders(n)));
-        sql
-    });
+    let sql = ack_complete_sql(tx.core, n);
     let mut args = Vec::with_capacity(3 * n + 1);
     for r in rows {
         args.extend([Value::from(&r.task.id), Value::opt_bytes(r.task.result.as_deref())]);

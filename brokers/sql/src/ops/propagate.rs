@@ -65,11 +65,13 @@ pub(crate) async fn propagate(
     Ok(())
 }
 
+/// Open child edges of one parent, ordered by child. Argument: the parent ID.
+pub(crate) const CHILDREN_SQL: &str =
+    "SELECT child_id FROM {deps} WHERE parent_id = ? AND done = 0 ORDER BY child_id";
+
 /// The children of `parent` whose edge is not done yet, ordered by child ID.
 async fn open_children(tx: &mut Tx<'_>, parent: &str) -> Result<Vec<String>, TxFail> {
-    let sql = tx
-        .core
-        .sql("SELECT child_id FROM {deps} WHERE parent_id = ? AND done = 0 ORDER BY child_id");
+    let sql = tx.core.sql(CHILDREN_SQL);
     let rows = tx.fetch(&sql, &[Value::from(parent)], &[Kind::Text]).await?;
     rows.iter().map(|r| crate::value::Cols(r).text(0).map_err(TxFail::from)).collect()
 }

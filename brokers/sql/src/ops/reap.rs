@@ -13,13 +13,18 @@ use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_KINDS};
 use crate::Value;
 
+/// Expired leases (`lease_until < now`, strictly), locked. Argument: now.
+pub(crate) const REAP_SQL: &str = "SELECT {cols} FROM {tasks} WHERE status = 'running' \
+    AND lease_until < ? ORDER BY id{skip_locked}";
+
+/// Blocked tasks for defensive repair, locked.
+pub(crate) const BLOCKED_SQL: &str =
+    "SELECT {cols} FROM {tasks} WHERE status = 'blocked' ORDER BY id{lock}";
+
 /// Steps 0 and 1: returns how many expired leases were handled.
 pub(crate) async fn reap_expired(tx: &mut Tx<'_>) -> Result<u64, TxFail> {
     let now = tx.now().await?;
-    let sql = tx.core.sql(
-        "SELECT {cols} FROM {tasks} WHERE status = 'running' AND lease_until < ? \
-         ORDER BY id{skip_locked}",
-    );
+    let sql = tx.core.sql(REAP_SQL);
     let rows = decode_all(&tx.fetch(&sql, &[Value::from(now)], &TASK_KINDS).await?)?;
     let mut handled = 0u64;
     let mut finished = Vec::new();
@@ -59,7 +64,7 @@ pub(crate) async fn reap_expired(tx: &mut Tx<'_>) -> Result<u64, TxFail> {
 
 /// Step 2: defensive repair of blocked tasks (contract §5.4).
 pub(crate) async fn repair_blocked(tx: &mut Tx<'_>) -> Result<(), TxFail> {
-    let sql = tx.core.sql("SELECT {cols} FROM {tasks} WHERE status = 'blocked' ORDER BY id{lock}");
+    let sql = tx.core.sql(BLOCKED_SQL);
     let rows = decode_all(&tx.fetch(&sql, &[], &TASK_KINDS).await?)?;
     for row in rows {
         repair_one(tx, row).await?;

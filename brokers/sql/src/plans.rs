@@ -1,0 +1,77 @@
+//! The hot statements exactly as the engine runs them, with representative arguments, so a
+//! backend can check their query plans (extensions §E6: every hot statement must use an index
+//! whose leading columns exclude finished rows).
+
+use taskgate::{id, Timestamp};
+
+use crate::dialect::ClaimShape;
+use crate::ops::{claim, finish, propagate, reap};
+use crate::{SqlBroker, Value};
+
+/// One hot statement, ready for `EXPLAIN`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotStatement {
+    /// What it does: `next_due`, `claim`, `ack_lock`, `ack_write`, `reap`, `children`,
+    /// `repair`.
+    pub name: &'static str,
+    /// The statement text in the dialect.
+    pub sql: String,
+    /// Arguments of the right kinds and count.
+    pub args: Vec<Value>,
+}
+
+impl SqlBroker {
+    /// The hot statements for a claim on `queue` and an ack of task `id` at time `now`.
+    pub fn hot_statements(&self, queue: &str, id: &str, now: Timestamp) -> Vec<HotStatement> {
+        let core = self.core();
+        let (q, task, t) = (Value::from(queue), Value::from(id), Value::from(now));
+        let claim = match core.dialect.claim_shape() {
+            ClaimShape::UpdateReturning => HotStatement {
+                name: "claim",
+                sql: claim::claim_update_sql(core, 1, "?", 1).to_string(),
+                args: vec![
+                    Value::Text(id::new_ulid()),
+                    t.clone(),
+                    t.clone(),
+                    q.clone(),
+                    t.clone(),
+                    Value::Int(10),
+                ],
+            },
+            ClaimShape::SelectThenUpdate => HotStatement {
+                name: "claim",
+                sql: claim::claim_select_sql(core, 1).to_string(),
+                args: vec![q.clone(), t.clone(), Value::Int(10)],
+            },
+        };
+        vec![
+            HotStatement {
+                name: "next_due",
+                sql: claim::probe_sql(core, 1).to_string(),
+                args: vec![t.clone(), q],
+            },
+            claim,
+            HotStatement {
+                name: "ack_lock",
+                sql: finish::ack_lock_sql(core, 1).to_string(),
+                args: vec![task.clone()],
+            },
+            HotStatement {
+                name: "ack_write",
+                sql: finish::ack_complete_sql(core, 1).to_string(),
+                args: vec![task.clone(), Value::Null(crate::Kind::Bytes), t.clone(), task.clone()],
+            },
+            HotStatement { name: "reap", sql: core.sql(reap::REAP_SQL).to_string(), args: vec![t] },
+            HotStatement {
+                name: "children",
+                sql: core.sql(propagate::CHILDREN_SQL).to_string(),
+                args: vec![task],
+            },
+            HotStatement {
+                name: "repair",
+                sql: core.sql(reap::BLOCKED_SQL).to_string(),
+                args: vec![],
+            },
+        ]
+    }
+}

@@ -1,0 +1,67 @@
+//! Helpers shared by the SQLite backend tests: temporary files, broker handles, options.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use taskgate::{Broker, BrokerOptions, Clock, ManualClock};
+use taskgate_sqlite::{SqliteBroker, SqliteOptions};
+
+/// A test's error type: any error, reported with `?`.
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A temporary directory (removed on drop) and a database path inside it.
+pub struct TempDb {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl TempDb {
+    pub fn new() -> TestResult<TempDb> {
+        let dir = tempfile::Builder::new().prefix("taskgate-sqlite-test-").tempdir()?;
+        let path = dir.path().join("tasks.db");
+        Ok(TempDb { dir, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new broker instance on the file, initialised with `options`.
+    pub async fn broker(&self, options: BrokerOptions) -> TestResult<Arc<SqliteBroker>> {
+        let broker = SqliteOptions::new(&self.path).open().await?;
+        broker.init(options).await?;
+        Ok(Arc::new(broker))
+    }
+}
+
+/// Options on a manual clock at the contract epoch, lease TTL 60 s.
+pub fn manual_options() -> (ManualClock, BrokerOptions) {
+    let clock = ManualClock::at_contract_epoch();
+    let options = BrokerOptions {
+        default_lease_ttl: Duration::from_secs(60),
+        clock: Some(Arc::new(clock.clone()) as Arc<dyn Clock>),
+        ..BrokerOptions::default()
+    };
+    (clock, options)
+}
+
+/// Runs `sql` on a plain connection to the file and returns the first column of every row
+/// as text.
+pub async fn query_texts(path: &Path, sql: &str) -> TestResult<Vec<String>> {
+    use sqlx::{Connection, Row};
+    let mut conn = sqlx::SqliteConnection::connect_with(
+        &sqlx::sqlite::SqliteConnectOptions::new().filename(path),
+    )
+    .await?;
+    let rows = sqlx::query(sql).fetch_all(&mut conn).await?;
+    let mut out = Vec::new();
+    for row in rows {
+        let v: Option<String> = row.try_get_unchecked(0)?;
+        out.push(v.unwrap_or_default());
+    }
+    conn.close().await?;
+    Ok(out)
+}
