@@ -1,0 +1,7 @@
+//! The model-based test (extensions §E12) against the SQLite backend: 256 random sequences by
+//! default (`TASKGATE_MODEL_CASES` overrides), each on a fresh database file.
+
+#[test]
+fn sqlite_matches_the_model() {
+    brokertest::model::model_test(taskgate_sqlite::testing::SqliteFactory::new(), 256);
+}
