@@ -1,0 +1,149 @@
+//! `report`: runs a short fixed version of the benchmark matrix on every available backend —
+//! and, in the same run, the raw-SQL ceiling for the same work — then writes
+//! `performance.md` and `performance.svg` under `target/performance/` and copies them to
+//! `docs/`. `cargo run -p benches --release --bin report -- --help` lists the options.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use benches::backend::{Backend, Env};
+use benches::report::{markdown, svg, Report};
+use benches::Result;
+
+mod plan;
+mod run;
+
+use plan::Plan;
+
+const HELP: &str = "\
+report: the taskgate performance report (extensions §E14)
+
+USAGE: cargo run -p benches --release --bin report -- [OPTIONS]
+
+OPTIONS:
+  --cell-secs <S>      seconds each claim cell is measured (default 1.5)
+  --backends <LIST>    comma-separated: memory,sqlite,postgres,mysql (default: all available)
+  --retained <N>       finished rows for the degradation runs (default 1000000)
+  --out <DIR>          output directory (default <target>/performance)
+  --no-docs            do not copy the results to docs/
+  --quick              a tiny matrix, to check that everything runs (implies --no-docs)
+  --wait-quiet         wait up to 2 minutes for the 1-minute load average to drop below 1
+  -h, --help           this text
+
+PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_URL is set.";
+
+/// The command line.
+struct Args {
+    plan: Plan,
+    backends: Option<Vec<Backend>>,
+    out: PathBuf,
+    docs: bool,
+    wait_quiet: bool,
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn default_out() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join("performance")
+}
+
+fn parse_args() -> Result<Option<Args>> {
+    let mut args = Args { plan: Plan::full(), backends: None, out: default_out(), docs: true, wait_quiet: false };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--cell-secs" => args.plan.cell = Duration::from_secs_f64(value("--cell-secs")?.parse()?),
+            "--retained" => args.plan.retained = value("--retained")?.parse()?,
+            "--out" => args.out = PathBuf::from(value("--out")?),
+            "--backends" => {
+                let list = value("--backends")?;
+                let parsed: std::result::Result<Vec<Backend>, String> = list.split(',').map(str::parse).collect();
+                args.backends = Some(parsed?);
+            }
+            "--no-docs" => args.docs = false,
+            "--quick" => {
+                args.plan = Plan::quick();
+                args.docs = false;
+            }
+            "--wait-quiet" => args.wait_quiet = true,
+            other => return Err(format!("unknown argument {other:?} (try --help)").into()),
+        }
+    }
+    Ok(Some(args))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("report: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = benches::runtime().and_then(|rt| rt.block_on(report(args)));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("report: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn report(args: Args) -> Result<()> {
+    let env = Env::from_env();
+    env.announce_skips();
+    let backends: Vec<Backend> = match &args.backends {
+        Some(list) => list.iter().copied().filter(|b| env.available().contains(b)).collect(),
+        None => env.available(),
+    };
+    let load_start = if args.wait_quiet {
+        benches::facts::wait_for_quiet(1.0, Duration::from_secs(120)).await
+    } else {
+        benches::facts::load_average()
+    };
+    let started = Instant::now();
+    let mut report = Report {
+        started: run::utc_now(),
+        cell_secs: args.plan.cell.as_secs_f64(),
+        machine: benches::facts::Machine::read(),
+        skipped: Backend::ALL.into_iter().filter_map(|b| env.skip_reason(b)).collect(),
+        notes: std::fs::read_to_string(workspace_root().join("benches/report-notes.md")).unwrap_or_default(),
+        ..Report::default()
+    };
+    for backend in backends {
+        run::backend(&env, backend, &args.plan, &mut report).await;
+    }
+    report.load = (load_start, benches::facts::load_average());
+    report.wall_secs = started.elapsed().as_secs_f64();
+    write(&report, &args)
+}
+
+fn write(report: &Report, args: &Args) -> Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    let md = markdown::render(report, "performance.svg");
+    let chart = svg::render(report);
+    std::fs::write(args.out.join("performance.md"), &md)?;
+    std::fs::write(args.out.join("performance.svg"), &chart)?;
+    eprintln!("report: wrote {}", args.out.join("performance.md").display());
+    if args.docs {
+        let docs = workspace_root().join("docs");
+        std::fs::write(docs.join("performance.md"), &md)?;
+        std::fs::write(docs.join("performance.svg"), &chart)?;
+        eprintln!("report: copied to {}", docs.display());
+    }
+    print!("{md}");
+    Ok(())
+}

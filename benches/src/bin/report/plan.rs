@@ -1,0 +1,85 @@
+//! What the report measures: the fixed matrix and its sizes (full, or quick for a smoke run).
+
+use std::time::Duration;
+
+use benches::backend::Backend;
+
+/// The report's matrix.
+pub(crate) struct Plan {
+    /// How long each claim cell is measured.
+    pub(crate) cell: Duration,
+    /// Untimed warm-up of each cell (pools connect, statements prepare).
+    pub(crate) warm_up: Duration,
+    /// Claimer counts.
+    pub(crate) claimers: Vec<usize>,
+    /// Batch sizes.
+    pub(crate) batches: Vec<usize>,
+    /// Queue layouts.
+    pub(crate) layouts: Vec<usize>,
+    /// Layouts that also get the raw-SQL ceiling.
+    pub(crate) raw_layouts: Vec<usize>,
+    /// Finished rows retained for the degradation runs.
+    pub(crate) retained: u64,
+    /// Pickup samples on paths that wake at once / that poll.
+    pub(crate) pickup_samples: (usize, usize),
+}
+
+impl Plan {
+    /// The report's matrix (about 10 minutes with every backend on a 2-core machine).
+    pub(crate) fn full() -> Plan {
+        Plan {
+            cell: Duration::from_millis(1_500),
+            warm_up: Duration::from_millis(250),
+            claimers: vec![1, 4, 16, 64],
+            batches: vec![1, 10, 100],
+            layouts: vec![1, 8],
+            raw_layouts: vec![1],
+            retained: 1_000_000,
+            pickup_samples: (100, 30),
+        }
+    }
+
+    /// A tiny matrix that exercises every path in well under a minute.
+    pub(crate) fn quick() -> Plan {
+        Plan {
+            cell: Duration::from_millis(300),
+            warm_up: Duration::from_millis(50),
+            claimers: vec![1, 4],
+            batches: vec![1, 100],
+            layouts: vec![1, 8],
+            raw_layouts: vec![1],
+            retained: 20_000,
+            pickup_samples: (10, 5),
+        }
+    }
+
+    /// A first guess of the rate of `backend` at `batch`, to size the first backlog; later
+    /// cells use the measured rate of the previous one.
+    pub(crate) fn guess(backend: Backend, batch: usize) -> f64 {
+        let per_batch = |a: f64, b: f64, c: f64| match batch {
+            0..=1 => a,
+            2..=10 => b,
+            _ => c,
+        };
+        match backend {
+            Backend::Memory => per_batch(400_000.0, 1_500_000.0, 3_000_000.0),
+            Backend::Sqlite => per_batch(5_000.0, 50_000.0, 250_000.0),
+            Backend::Postgres => per_batch(10_000.0, 40_000.0, 100_000.0),
+            Backend::MySql => per_batch(3_000.0, 10_000.0, 30_000.0),
+        }
+    }
+
+    /// Backlog for a cell expected to run at `rate`: the measured window plus the warm-up,
+    /// with headroom, and at least four rounds of every claimer.
+    pub(crate) fn backlog(&self, rate: f64, claimers: usize, batch: usize) -> u64 {
+        let secs = (self.cell + self.warm_up).as_secs_f64();
+        let wanted = (rate * secs * 1.6).min(4_000_000.0);
+        let floor = u64::try_from(claimers * batch * 4).unwrap_or(u64::MAX);
+        float_to_u64(wanted).max(floor)
+    }
+}
+
+#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "clamped to 0..=4e6 first")]
+fn float_to_u64(v: f64) -> u64 {
+    v.clamp(0.0, 4_000_000.0) as u64
+}

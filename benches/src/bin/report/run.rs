@@ -1,0 +1,232 @@
+//! Running the report's matrix on one backend: claim cells (broker and raw ceiling), enqueue,
+//! pickup, the end-to-end pipeline and degradation, each on fresh storage.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use benches::backend::{Backend, Bed, Env};
+use benches::drive::{self, Outcome, Spec, Stop};
+use benches::facts::{database_settings, write_transactions};
+use benches::produce::{self, Producers};
+use benches::report::{
+    ClaimCell, Database, DegradeCell, EnqueueCell, Measured, PickupCell, PipelineCell, Report,
+};
+use benches::stats::{percentiles, rate};
+use benches::{fill, pickup, raw, Result};
+
+use crate::plan::Plan;
+
+/// The current time as `YYYY-MM-DD HH:MM UTC`.
+pub(crate) fn utc_now() -> String {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let (y, m, d) = civil(days);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", secs % 86_400 / 3_600, secs % 3_600 / 60)
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn sessions(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Everything the report measures on `backend`; failures are recorded, never fatal.
+pub(crate) async fn backend(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    eprintln!("report: {backend} (load {:.2})", benches::facts::load_average());
+    match Bed::open(env, backend, 1).await {
+        Ok(bed) => {
+            let settings = database_settings(&bed).await.unwrap_or_else(|e| vec![("error".into(), e.to_string())]);
+            report.databases.push(Database { backend, settings });
+            let _ = bed.close().await;
+        }
+        Err(e) => report.skipped.push(format!("{backend}: could not open: {e}")),
+    }
+    claims(env, backend, plan, report).await;
+    enqueues(env, backend, plan, report).await;
+    pickups(env, backend, plan, report).await;
+    pipelines(env, backend, plan, report).await;
+    if matches!(backend, Backend::Postgres | Backend::Sqlite) {
+        degradations(env, backend, plan, report).await;
+    }
+}
+
+async fn claims(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    let mut last: HashMap<(usize, usize, bool), f64> = HashMap::new();
+    for &queues in &plan.layouts {
+        for &batch in &plan.batches {
+            for &claimers in &plan.claimers {
+                let spec = Spec { queues, claimers, batch };
+                let with_raw = backend.is_sql() && plan.raw_layouts.contains(&queues);
+                let broker = measure(env, backend, plan, spec, false, &mut last).await;
+                let raw = if with_raw { Some(measure(env, backend, plan, spec, true, &mut last).await) } else { None };
+                report.claims.push(ClaimCell { backend, spec, broker, raw });
+            }
+        }
+    }
+}
+
+async fn measure(
+    env: &Env,
+    backend: Backend,
+    plan: &Plan,
+    spec: Spec,
+    raw: bool,
+    last: &mut HashMap<(usize, usize, bool), f64>,
+) -> std::result::Result<Measured, String> {
+    let key = (spec.queues, spec.batch, raw);
+    let expected = last.get(&key).copied().unwrap_or_else(|| Plan::guess(backend, spec.batch));
+    let total = plan.backlog(expected, spec.claimers, spec.batch);
+    let result = claim_cell(env, backend, plan, spec, total, raw).await.map_err(|e| e.to_string());
+    let what = if raw { "raw" } else { "broker" };
+    match &result {
+        Ok(m) => {
+            last.insert(key, m.rate);
+            eprintln!("  {backend} {what} {}: {} jobs/s{}", spec.label(), rate(m.rate), if m.exhausted { " (drained)" } else { "" });
+        }
+        Err(e) => eprintln!("  {backend} {what} {}: failed: {e}", spec.label()),
+    }
+    result
+}
+
+/// One claim cell on fresh storage: fill, warm up, measure, count commits.
+async fn claim_cell(env: &Env, backend: Backend, plan: &Plan, spec: Spec, total: u64, raw: bool) -> Result<Measured> {
+    let bed = Bed::open(env, backend, sessions(spec.claimers)).await?;
+    let measured = claim_on(&bed, plan, spec, total, raw).await;
+    let closed = bed.close().await;
+    let measured = measured?;
+    closed?;
+    Ok(measured)
+}
+
+async fn pass(bed: &Bed, spec: Spec, per_lane: &[u64], stop: Stop, raw: bool) -> Result<Outcome> {
+    if raw {
+        raw::raw_run(bed, spec, per_lane, stop).await
+    } else {
+        drive::broker_run(bed, spec, per_lane, stop).await
+    }
+}
+
+async fn claim_on(bed: &Bed, plan: &Plan, spec: Spec, total: u64, raw: bool) -> Result<Measured> {
+    let warm = drive::split(spec, u64::try_from(spec.claimers * spec.batch * 2).unwrap_or(u64::MAX));
+    let per_lane = drive::split(spec, total);
+    let filled: Vec<u64> = warm.iter().zip(&per_lane).map(|(a, b)| a + b).collect();
+    drive::fill_lanes(bed, &filled).await?;
+    pass(bed, spec, &warm, Stop::Drained(Duration::from_secs(30)), raw).await?;
+    let retries = bed.tx_retries();
+    let before = write_transactions(bed).await?;
+    let out = pass(bed, spec, &per_lane, Stop::Deadline(plan.cell), raw).await?;
+    let after = write_transactions(bed).await?;
+    let jobs = out.jobs.max(1) as f64;
+    let (commits_per_job, commits_measured) = match (before, after) {
+        (Some(b), Some(a)) => (Some(a.saturating_sub(b) as f64 / jobs), true),
+        _ if bed.backend == Backend::Memory => (None, false),
+        _ => (Some((out.claims + out.completions) as f64 / jobs), false),
+    };
+    Ok(Measured {
+        rate: out.rate(),
+        jobs: out.jobs,
+        commits_per_job,
+        commits_measured,
+        retries: bed.tx_retries() - retries,
+        exhausted: out.exhausted,
+    })
+}
+
+async fn enqueues(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    for scenario in Producers::MATRIX {
+        let result = async {
+            let bed = Bed::open(env, backend, sessions(scenario.producers)).await?;
+            let out = produce::enqueue(&bed.broker, "enq", scenario, u64::MAX, plan.cell).await;
+            bed.close().await?;
+            Ok::<f64, benches::BoxError>(out?.rate())
+        }
+        .await
+        .map_err(|e| e.to_string());
+        eprintln!("  {backend} {}: {:?}", scenario.label(), result.as_ref().map(|v| rate(*v)));
+        report.enqueues.push(EnqueueCell { backend, scenario, rate: result });
+    }
+}
+
+async fn pickups(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    for cross_handle in [false, true] {
+        let polls = cross_handle && matches!(backend, Backend::Sqlite | Backend::MySql);
+        let samples = if polls { plan.pickup_samples.1 } else { plan.pickup_samples.0 };
+        let result = async {
+            let bed = Bed::open(env, backend, 2).await?;
+            let claimer = if cross_handle { bed.second_handle().await? } else { bed.broker.clone() };
+            let got = pickup::pickups(bed.broker.clone(), claimer.clone(), samples, Duration::from_millis(20)).await;
+            if cross_handle {
+                claimer.close().await?;
+            }
+            bed.close().await?;
+            Ok::<_, benches::BoxError>(percentiles(&got?))
+        }
+        .await
+        .map_err(|e| e.to_string());
+        eprintln!("  {backend} pickup (second handle: {cross_handle}): {result:?}");
+        report.pickups.push(PickupCell { backend, cross_handle, latency: result });
+    }
+}
+
+async fn pipelines(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    let (producers, claimers, batch) = (2, 16, 100);
+    let result = async {
+        let bed = Bed::open(env, backend, sessions(producers + claimers)).await?;
+        let out = produce::pipeline(&bed.broker, producers, claimers, batch, plan.cell * 2).await;
+        bed.close().await?;
+        Ok::<f64, benches::BoxError>(out?.rate())
+    }
+    .await
+    .map_err(|e| e.to_string());
+    eprintln!("  {backend} pipeline: {:?}", result.as_ref().map(|v| rate(*v)));
+    report.pipelines.push(PipelineCell { backend, producers, claimers, batch, rate: result });
+}
+
+async fn degradations(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    let specs = [Spec { queues: 1, claimers: 16, batch: 1 }, Spec { queues: 1, claimers: 16, batch: 100 }];
+    let seeded = seeded_bed(env, backend, plan.retained).await;
+    let (bed, seed_secs) = match seeded {
+        Ok(pair) => pair,
+        Err(e) => {
+            for spec in specs {
+                report.degradations.push(failed_degrade(backend, spec, plan, &e.to_string()));
+            }
+            return;
+        }
+    };
+    for spec in specs {
+        let total = plan.backlog(Plan::guess(backend, spec.batch), spec.claimers, spec.batch);
+        let fresh = claim_cell(env, backend, plan, spec, total, false).await.map(|m| m.rate).map_err(|e| e.to_string());
+        let loaded = claim_on(&bed, plan, spec, total, false).await.map(|m| m.rate).map_err(|e| e.to_string());
+        eprintln!("  {backend} degradation {}: fresh {fresh:?}, retained {loaded:?}", spec.label());
+        report.degradations.push(DegradeCell { backend, spec, retained: plan.retained, seed_secs, fresh, loaded });
+    }
+    let _ = bed.close().await;
+}
+
+fn failed_degrade(backend: Backend, spec: Spec, plan: &Plan, why: &str) -> DegradeCell {
+    let err = Err(why.to_owned());
+    DegradeCell { backend, spec, retained: plan.retained, seed_secs: 0.0, fresh: err.clone(), loaded: err }
+}
+
+/// A bed sized for 16 claimers holding `rows` finished rows, with fresh statistics.
+async fn seeded_bed(env: &Env, backend: Backend, rows: u64) -> Result<(Bed, f64)> {
+    let bed = Bed::open(env, backend, 16).await?;
+    let start = Instant::now();
+    fill::finished(&bed, rows).await?;
+    fill::refresh_statistics(&bed).await?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("  {backend}: seeded {} finished rows in {secs:.1} s", rate(rows as f64));
+    Ok((bed, secs))
+}

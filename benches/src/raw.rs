@@ -1,0 +1,226 @@
+//! The database's own ceiling for the broker's claim+ack work: the same loop, batch and
+//! session count as plain SQL on the same table and index, with no broker logic.
+//!
+//! * PostgreSQL / MySQL: one transaction `SELECT id … ORDER BY run_at, id LIMIT n FOR UPDATE
+//!   SKIP LOCKED` + `UPDATE … SET status = 'running'`, then one autocommit completing
+//!   `UPDATE … SET status = 'completed'` — two commits per claim. MySQL reads the ready index
+//!   through `ready_queue` exactly as the broker's statements do.
+//! * SQLite: `UPDATE … RETURNING id` in a `BEGIN IMMEDIATE` transaction, then the completing
+//!   `UPDATE`, on one connection with the broker's pragmas (WAL, synchronous FULL) shared by
+//!   the claimers — the broker's own design (one writer per process), and the fastest one:
+//!   several writer connections would only queue on the file lock through `busy_timeout`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
+use sqlx::{Acquire, MySql, Postgres, Sqlite, SqlitePool};
+
+use crate::backend::{Bed, RawPool};
+use crate::drive::{self, Claimed, Outcome, Spec, Stop, Worker};
+use crate::Result;
+
+/// Lease length written by raw claims (the broker's default lease TTL).
+const LEASE_MS: i64 = 60_000;
+
+fn now_ms() -> i64 {
+    taskgate::Timestamp::from_system_time(std::time::SystemTime::now()).as_millis()
+}
+
+/// Runs the raw loop for `spec` on `bed`, lane `i` holding `per_lane[i]` tasks (already
+/// filled): claims and completes them with plain SQL, one session per claimer.
+pub async fn raw_run(bed: &Bed, spec: Spec, per_lane: &[u64], stop: Stop) -> Result<Outcome> {
+    let table: Arc<str> = bed.tasks_table().into();
+    match &bed.raw {
+        RawPool::Postgres(pool) => {
+            let mut workers = Vec::new();
+            for _ in 0..spec.claimers {
+                workers.push(Some(PgRaw { conn: pool.acquire().await?, table: table.clone() }));
+            }
+            drive::run(spec, per_lane, stop, |i| take(&mut workers, i)).await
+        }
+        RawPool::MySql(pool) => {
+            let mut workers = Vec::new();
+            for _ in 0..spec.claimers {
+                workers.push(Some(MySqlRaw { conn: pool.acquire().await?, table: table.clone() }));
+            }
+            drive::run(spec, per_lane, stop, |i| take(&mut workers, i)).await
+        }
+        RawPool::Sqlite(pool) => {
+            let pool = pool.clone();
+            drive::run(spec, per_lane, stop, |_| Ok(SqliteRaw { pool: pool.clone(), table: table.clone() }))
+                .await
+        }
+        RawPool::None => Err("the memory backend has no raw-SQL ceiling".into()),
+    }
+}
+
+fn take<W>(workers: &mut [Option<W>], i: usize) -> Result<W> {
+    workers.get_mut(i).and_then(Option::take).ok_or_else(|| "no worker for claimer".into())
+}
+
+fn ids_of(claimed: &[Claimed]) -> Vec<String> {
+    claimed.iter().map(|c| c.id.clone()).collect()
+}
+
+fn claimed(ids: Vec<String>) -> Vec<Claimed> {
+    ids.into_iter().map(|id| Claimed { id, token: String::new() }).collect()
+}
+
+fn limit(max: usize) -> i64 {
+    i64::try_from(max).unwrap_or(i64::MAX)
+}
+
+/// One PostgreSQL session.
+struct PgRaw {
+    conn: PoolConnection<Postgres>,
+    table: Arc<str>,
+}
+
+#[async_trait]
+impl Worker for PgRaw {
+    async fn claim(&mut self, queue: &str, max: usize) -> Result<Vec<Claimed>> {
+        let t = &self.table;
+        let now = now_ms();
+        let mut tx = self.conn.begin().await?;
+        let ids: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM {t} WHERE queue = $1 AND status IN ('pending', 'retrying') \
+             AND run_at <= $2 ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(queue)
+        .bind(now)
+        .bind(limit(max))
+        .fetch_all(&mut *tx)
+        .await?;
+        if !ids.is_empty() {
+            sqlx::query(&format!(
+                "UPDATE {t} SET status = 'running', lease_token = $1, lease_until = $2, \
+                 started_at = $3 WHERE id = ANY($4)"
+            ))
+            .bind(taskgate::id::new_ulid())
+            .bind(now + LEASE_MS)
+            .bind(now)
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(claimed(ids))
+    }
+
+    async fn complete(&mut self, claimed: Vec<Claimed>) -> Result<()> {
+        let t = &self.table;
+        sqlx::query(&format!(
+            "UPDATE {t} SET status = 'completed', finished_at = $1, lease_token = '', \
+             lease_until = 0 WHERE id = ANY($2)"
+        ))
+        .bind(now_ms())
+        .bind(ids_of(&claimed))
+        .execute(&mut *self.conn)
+        .await?;
+        Ok(())
+    }
+}
+
+/// `?, ?, …` for `n` values.
+fn marks(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// One MySQL session (READ COMMITTED, like the broker's).
+struct MySqlRaw {
+    conn: PoolConnection<MySql>,
+    table: Arc<str>,
+}
+
+#[async_trait]
+impl Worker for MySqlRaw {
+    async fn claim(&mut self, queue: &str, max: usize) -> Result<Vec<Claimed>> {
+        let t = &self.table;
+        let now = now_ms();
+        let mut tx = self.conn.begin().await?;
+        let ids: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM {t} WHERE ready_queue = ? AND run_at <= ? ORDER BY run_at, id \
+             LIMIT ? FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(queue)
+        .bind(now)
+        .bind(limit(max))
+        .fetch_all(&mut *tx)
+        .await?;
+        if !ids.is_empty() {
+            let sql = format!(
+                "UPDATE {t} SET status = 'running', lease_token = ?, lease_until = ?, \
+                 started_at = ? WHERE id IN ({})",
+                marks(ids.len())
+            );
+            let mut q = sqlx::query(&sql).bind(taskgate::id::new_ulid()).bind(now + LEASE_MS).bind(now);
+            for id in &ids {
+                q = q.bind(id);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(claimed(ids))
+    }
+
+    async fn complete(&mut self, claimed: Vec<Claimed>) -> Result<()> {
+        let sql = format!(
+            "UPDATE {} SET status = 'completed', finished_at = ?, lease_token = '', \
+             lease_until = 0 WHERE id IN ({})",
+            self.table,
+            marks(claimed.len())
+        );
+        let mut q = sqlx::query(&sql).bind(now_ms());
+        for c in &claimed {
+            q = q.bind(&c.id);
+        }
+        q.execute(&mut *self.conn).await?;
+        Ok(())
+    }
+}
+
+/// A claimer on the shared SQLite connection.
+struct SqliteRaw {
+    pool: SqlitePool,
+    table: Arc<str>,
+}
+
+#[async_trait]
+impl Worker for SqliteRaw {
+    async fn claim(&mut self, queue: &str, max: usize) -> Result<Vec<Claimed>> {
+        let t = &self.table;
+        let now = now_ms();
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
+        let ids: Vec<String> = sqlx::query_scalar(&format!(
+            "UPDATE {t} SET status = 'running', lease_token = ?1, lease_until = ?2, \
+             started_at = ?3 WHERE id IN (SELECT id FROM {t} WHERE queue = ?4 AND status IN \
+             ('pending', 'retrying') AND run_at <= ?3 ORDER BY run_at, id LIMIT ?5) RETURNING id"
+        ))
+        .bind(taskgate::id::new_ulid())
+        .bind(now + LEASE_MS)
+        .bind(now)
+        .bind(queue)
+        .bind(limit(max))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(claimed(ids))
+    }
+
+    async fn complete(&mut self, claimed: Vec<Claimed>) -> Result<()> {
+        let sql = format!(
+            "UPDATE {} SET status = 'completed', finished_at = ?, lease_token = '', \
+             lease_until = 0 WHERE id IN ({})",
+            self.table,
+            marks(claimed.len())
+        );
+        let mut q = sqlx::query::<Sqlite>(&sql).bind(now_ms());
+        for c in &claimed {
+            q = q.bind(&c.id);
+        }
+        q.execute(&self.pool).await?;
+        Ok(())
+    }
+}

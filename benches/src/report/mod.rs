@@ -1,0 +1,168 @@
+//! The report's data (what was measured, on what) and its two renderings: a Markdown page
+//! ([`markdown`]) and an SVG chart of throughput against claimers ([`svg`]); [`targets`]
+//! checks each number against the goal it has.
+
+pub mod markdown;
+pub mod svg;
+pub mod targets;
+
+use crate::backend::Backend;
+use crate::drive::Spec;
+use crate::facts::Machine;
+use crate::produce::Producers;
+use crate::stats::Percentiles;
+
+/// One measured claim+ack run (broker or raw).
+#[derive(Clone, Debug, Default)]
+pub struct Measured {
+    /// Jobs per second.
+    pub rate: f64,
+    /// Jobs completed.
+    pub jobs: u64,
+    /// Write transactions per job, when known.
+    pub commits_per_job: Option<f64>,
+    /// True when `commits_per_job` was read from the server's counter (else counted by the
+    /// harness).
+    pub commits_measured: bool,
+    /// Transactions the engine retried (deadlocks, lock timeouts).
+    pub retries: u64,
+    /// The backlog ran out before the deadline (the rate is then the drain rate).
+    pub exhausted: bool,
+}
+
+/// One cell of the claim matrix.
+#[derive(Clone, Debug)]
+pub struct ClaimCell {
+    /// The backend.
+    pub backend: Backend,
+    /// Queues, claimers, batch.
+    pub spec: Spec,
+    /// The broker's run, or why it failed.
+    pub broker: Result<Measured, String>,
+    /// The raw-SQL ceiling's run (SQL backends, when measured).
+    pub raw: Option<Result<Measured, String>>,
+}
+
+impl ClaimCell {
+    /// The broker's rate, if it ran.
+    pub fn broker_rate(&self) -> Option<f64> {
+        self.broker.as_ref().ok().map(|m| m.rate)
+    }
+
+    /// The raw ceiling's rate, if it ran.
+    pub fn raw_rate(&self) -> Option<f64> {
+        self.raw.as_ref().and_then(|r| r.as_ref().ok()).map(|m| m.rate)
+    }
+
+    /// Broker rate ÷ raw rate.
+    pub fn ratio(&self) -> Option<f64> {
+        match (self.broker_rate(), self.raw_rate()) {
+            (Some(b), Some(r)) if r > 0.0 => Some(b / r),
+            _ => None,
+        }
+    }
+}
+
+/// One enqueue measurement.
+#[derive(Clone, Debug)]
+pub struct EnqueueCell {
+    /// The backend.
+    pub backend: Backend,
+    /// Producers and batch.
+    pub scenario: Producers,
+    /// Tasks per second, or why it failed.
+    pub rate: Result<f64, String>,
+}
+
+/// One pickup-latency measurement.
+#[derive(Clone, Debug)]
+pub struct PickupCell {
+    /// The backend.
+    pub backend: Backend,
+    /// True when the claimer was on a second handle (cross-process path).
+    pub cross_handle: bool,
+    /// The latencies, or why it failed.
+    pub latency: Result<Percentiles, String>,
+}
+
+/// One end-to-end pipeline measurement.
+#[derive(Clone, Debug)]
+pub struct PipelineCell {
+    /// The backend.
+    pub backend: Backend,
+    /// Producers (each looping `enqueue_many(batch)`).
+    pub producers: usize,
+    /// Claimers (each looping `dequeue_many(batch)` + `ack_many`).
+    pub claimers: usize,
+    /// Batch size.
+    pub batch: usize,
+    /// Jobs completed per second, or why it failed.
+    pub rate: Result<f64, String>,
+}
+
+/// Claim+ack on a fresh table against the same on a table holding retained finished rows.
+#[derive(Clone, Debug)]
+pub struct DegradeCell {
+    /// The backend.
+    pub backend: Backend,
+    /// The claim spec of both runs.
+    pub spec: Spec,
+    /// Finished rows retained in the table.
+    pub retained: u64,
+    /// Seconds the seeding took.
+    pub seed_secs: f64,
+    /// Fresh-table rate.
+    pub fresh: Result<f64, String>,
+    /// Rate with the retained rows.
+    pub loaded: Result<f64, String>,
+}
+
+impl DegradeCell {
+    /// Loaded rate ÷ fresh rate.
+    pub fn ratio(&self) -> Option<f64> {
+        match (&self.fresh, &self.loaded) {
+            (Ok(f), Ok(l)) if *f > 0.0 => Some(l / f),
+            _ => None,
+        }
+    }
+}
+
+/// A database's settings as read from it.
+#[derive(Clone, Debug)]
+pub struct Database {
+    /// The backend.
+    pub backend: Backend,
+    /// `(name, value)` pairs.
+    pub settings: Vec<(String, String)>,
+}
+
+/// Everything one report run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// When the run started (UTC, RFC 3339).
+    pub started: String,
+    /// Wall time of the whole run, seconds.
+    pub wall_secs: f64,
+    /// Seconds each claim cell ran.
+    pub cell_secs: f64,
+    /// The machine.
+    pub machine: Machine,
+    /// 1-minute load average at the start and at the end.
+    pub load: (f64, f64),
+    /// The databases' versions and settings.
+    pub databases: Vec<Database>,
+    /// Backends that did not run, and why.
+    pub skipped: Vec<String>,
+    /// The claim matrix.
+    pub claims: Vec<ClaimCell>,
+    /// Enqueue throughput.
+    pub enqueues: Vec<EnqueueCell>,
+    /// Pickup latency.
+    pub pickups: Vec<PickupCell>,
+    /// End-to-end pipelines.
+    pub pipelines: Vec<PipelineCell>,
+    /// Degradation with retained rows.
+    pub degradations: Vec<DegradeCell>,
+    /// Hand-written findings appended to the page (`benches/report-notes.md`).
+    pub notes: String,
+}

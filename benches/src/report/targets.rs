@@ -1,0 +1,190 @@
+//! The performance targets of issue 7 and where a report's numbers stand against them.
+//! Checked and reported, never asserted: a missed target is a finding, not a failure.
+
+use crate::backend::Backend;
+use crate::report::{ClaimCell, Report};
+use crate::stats::{ms, rate};
+
+/// Where a number stands against its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// The target is met.
+    Met,
+    /// The target is missed.
+    Missed,
+    /// Not measured in this run (backend unavailable or the run failed).
+    NotMeasured,
+}
+
+impl Standing {
+    /// `met`, `MISSED`, `not measured`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Standing::Met => "met",
+            Standing::Missed => "**MISSED**",
+            Standing::NotMeasured => "not measured",
+        }
+    }
+
+    fn of(ok: Option<bool>) -> Standing {
+        match ok {
+            Some(true) => Standing::Met,
+            Some(false) => Standing::Missed,
+            None => Standing::NotMeasured,
+        }
+    }
+}
+
+/// One target row.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The scenario.
+    pub scenario: String,
+    /// The goal.
+    pub goal: String,
+    /// What was measured.
+    pub measured: String,
+    /// Met or not.
+    pub standing: Standing,
+}
+
+fn cell(r: &Report, backend: Backend, queues: usize, claimers: usize, batch: usize) -> Option<&ClaimCell> {
+    r.claims.iter().find(|c| {
+        c.backend == backend && c.spec.queues == queues && c.spec.claimers == claimers && c.spec.batch == batch
+    })
+}
+
+/// The best one-queue broker rate of `backend` at `batch`, and the claimers it was at.
+fn best(r: &Report, backend: Backend, batch: usize) -> Option<(f64, usize)> {
+    r.claims
+        .iter()
+        .filter(|c| c.backend == backend && c.spec.queues == 1 && c.spec.batch == batch)
+        .filter_map(|c| c.broker_rate().map(|v| (v, c.spec.claimers)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+fn ratio_target(r: &Report, batch: usize, claimers: usize, goal: f64) -> Target {
+    let c = cell(r, Backend::Postgres, 1, claimers, batch);
+    let measured = match c {
+        Some(c) => match (c.broker_rate(), c.raw_rate(), c.ratio()) {
+            (Some(b), Some(w), Some(q)) => format!("{} / {} jobs/s = {:.0} %", rate(b), rate(w), q * 100.0),
+            _ => "run failed".to_owned(),
+        },
+        None => "not run".to_owned(),
+    };
+    Target {
+        scenario: format!("PostgreSQL claim+ack, batch {batch}, {claimers} claimers"),
+        goal: format!("≥ {:.0} % of raw", goal * 100.0),
+        measured,
+        standing: Standing::of(c.and_then(ClaimCell::ratio).map(|q| q >= goal)),
+    }
+}
+
+fn absolute_target(r: &Report, backend: Backend, batch: usize, goal: f64, label: &str) -> Target {
+    let found = best(r, backend, batch);
+    Target {
+        scenario: format!("{label} claim+ack, batch {batch}"),
+        goal: format!("≥ {} jobs/s", rate(goal)),
+        measured: found.map_or("not run".to_owned(), |(v, c)| format!("{} jobs/s (best, {c} claimers)", rate(v))),
+        standing: Standing::of(found.map(|(v, _)| v >= goal)),
+    }
+}
+
+/// Rate at 64 claimers ÷ rate at 4, for every backend, batch and layout; the worst first.
+pub fn scaling(r: &Report) -> Vec<(Backend, usize, usize, f64)> {
+    let mut out = Vec::new();
+    for c4 in r.claims.iter().filter(|c| c.spec.claimers == 4) {
+        let c64 = cell(r, c4.backend, c4.spec.queues, 64, c4.spec.batch);
+        if let (Some(a), Some(b)) = (c4.broker_rate(), c64.and_then(ClaimCell::broker_rate)) {
+            if a > 0.0 {
+                out.push((c4.backend, c4.spec.queues, c4.spec.batch, b / a));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.3.total_cmp(&b.3));
+    out
+}
+
+fn scaling_target(r: &Report) -> Target {
+    let all = scaling(r);
+    let missed: Vec<String> = all
+        .iter()
+        .filter(|s| s.3 < 0.8)
+        .map(|(b, q, batch, k)| format!("{b} q{q} b{batch}: {:.0} %", k * 100.0))
+        .collect();
+    let measured = match all.first() {
+        None => "not run".to_owned(),
+        Some(_) if missed.is_empty() => {
+            format!("all {} combinations keep ≥ 80 % (worst {:.0} %)", all.len(), all[0].3 * 100.0)
+        }
+        Some(_) => format!("{} of {} below: {}", missed.len(), all.len(), missed.join("; ")),
+    };
+    Target {
+        scenario: "4 → 64 claimers, any backend".to_owned(),
+        goal: "≥ 80 % of the 4-claimer rate".to_owned(),
+        measured,
+        standing: Standing::of(all.first().map(|_| missed.is_empty())),
+    }
+}
+
+fn pickup_target(r: &Report) -> Target {
+    let found = r
+        .pickups
+        .iter()
+        .find(|p| p.backend == Backend::Postgres && p.cross_handle)
+        .and_then(|p| p.latency.as_ref().ok());
+    Target {
+        scenario: "PostgreSQL idle pickup (NOTIFY, second handle)".to_owned(),
+        goal: "p50 ≤ 5 ms, p99 ≤ 20 ms".to_owned(),
+        measured: found.map_or("not run".to_owned(), |p| format!("p50 {} ms, p99 {} ms", ms(p.p50), ms(p.p99))),
+        standing: Standing::of(found.map(|p| p.p50.as_millis() <= 5 && p.p99.as_millis() <= 20)),
+    }
+}
+
+fn pipeline_target(r: &Report) -> Target {
+    let found = r.pipelines.iter().find(|p| p.backend == Backend::Postgres);
+    let value = found.and_then(|p| p.rate.as_ref().ok().copied());
+    Target {
+        scenario: "PostgreSQL enqueue→claim→ack end to end, batched".to_owned(),
+        goal: "≥ 15,000 jobs/s".to_owned(),
+        measured: match (found, value) {
+            (Some(p), Some(v)) => {
+                format!("{} jobs/s ({} producers, {} claimers, batch {})", rate(v), p.producers, p.claimers, p.batch)
+            }
+            _ => "not run".to_owned(),
+        },
+        standing: Standing::of(value.map(|v| v >= 15_000.0)),
+    }
+}
+
+fn degrade_targets(r: &Report) -> Vec<Target> {
+    r.degradations
+        .iter()
+        .map(|d| Target {
+            scenario: format!("{} with {} finished rows retained ({})", d.backend, rate(d.retained as f64), d.spec.label()),
+            goal: "≥ 60 % of the fresh-table rate".to_owned(),
+            measured: match (&d.fresh, &d.loaded, d.ratio()) {
+                (Ok(f), Ok(l), Some(q)) => format!("{} vs {} jobs/s = {:.0} %", rate(*l), rate(*f), q * 100.0),
+                _ => "run failed".to_owned(),
+            },
+            standing: Standing::of(d.ratio().map(|q| q >= 0.6)),
+        })
+        .collect()
+}
+
+/// Every target, in the issue's order.
+pub fn evaluate(r: &Report) -> Vec<Target> {
+    let mut out = vec![ratio_target(r, 1, 16, 0.60), ratio_target(r, 100, 16, 0.55), pipeline_target(r)];
+    for (batch, goal) in [(1, 3_000.0), (10, 30_000.0), (100, 100_000.0)] {
+        out.push(absolute_target(r, Backend::Sqlite, batch, goal, "SQLite (synchronous=FULL)"));
+    }
+    for (batch, goal) in [(1, 1_500.0), (10, 6_000.0), (100, 15_000.0)] {
+        out.push(absolute_target(r, Backend::MySql, batch, goal, "MariaDB"));
+    }
+    out.push(absolute_target(r, Backend::Memory, 100, 1_000_000.0, "Memory (batched)"));
+    out.push(absolute_target(r, Backend::Memory, 1, 200_000.0, "Memory (single)"));
+    out.push(scaling_target(r));
+    out.push(pickup_target(r));
+    out.extend(degrade_targets(r));
+    out
+}
