@@ -60,25 +60,35 @@ impl Txn<'_> {
             entry.pending_parents,
         );
         entry.pending_parents = left;
+        if action == ChildAction::Cancel && entry.task.status == Status::Running {
+            entry.task.cancel_requested = true; // the worker's final write or the reaper cancels it
+            return Ok(());
+        }
+        self.apply(action, parent, status, child, work)
+    }
+
+    /// Wakes or cancels a child that is not running.
+    fn apply(
+        &mut self,
+        action: ChildAction,
+        parent: &Arc<str>,
+        status: Status,
+        child: &Arc<str>,
+        work: &mut Work,
+    ) -> Result<()> {
         match action {
-            ChildAction::None => Ok(()),
+            ChildAction::None => {}
             ChildAction::Wake => {
-                let run_at = entry.task.run_at;
-                self.move_task(child, Status::Pending, run_at)?;
+                self.move_status(child, Status::Pending)?;
                 self.note(child);
-                Ok(())
-            }
-            ChildAction::Cancel if entry.task.status == Status::Running => {
-                entry.task.cancel_requested = true;
-                Ok(())
             }
             ChildAction::Cancel => {
                 let text = texts::parent_final(parent, status);
                 if self.finalize(child, Status::Canceled, Some(text))? {
                     work.push_back((child.clone(), Status::Canceled));
                 }
-                Ok(())
             }
         }
+        Ok(())
     }
 }

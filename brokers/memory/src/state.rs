@@ -54,7 +54,7 @@ impl Entry {
 pub(crate) type ClaimSet = BTreeSet<(i64, Arc<str>)>;
 
 /// The secondary indexes. Only [`Index::add`] and [`Index::remove`] touch them, always around
-/// a status or `run_at` change ([`crate::txn::Txn::move_task`]).
+/// a status or `run_at` change (`txn::shift`, the one place that moves a task).
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     /// Per queue, its claimable (pending/retrying) tasks ordered by `(run_at, id)`.
