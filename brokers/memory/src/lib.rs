@@ -150,15 +150,13 @@ fn check_replay_request(
     limits: &taskgate::validate::Limits,
 ) -> Result<()> {
     match (request.execution_id.is_empty(), request.business_key.is_empty()) {
-        (false, true) => validate_id(&request.execution_id)?,
-        (true, false) => validate_name("business_key", &request.business_key, false)?,
-        _ => {
-            return Err(Error::invalid(
-                "execution_id",
-                "set exactly one of execution_id and business_key",
-            ))
+        (true, true) => Err(Error::invalid("request", "set execution_id or business_key")),
+        (false, false) => {
+            Err(Error::invalid("request", "set only one of execution_id and business_key"))
         }
-    }
+        (false, true) => validate_id(&request.execution_id),
+        (true, false) => validate_name("business_key", &request.business_key, false),
+    }?;
     validate_bytes("payload", request.payload.as_deref(), limits)
 }
 
@@ -275,8 +273,6 @@ impl Broker for MemoryBroker {
     }
 
     async fn queue_len(&self, queue: &str) -> Result<u64> {
-        self.inner.life.options()?;
-        validate_queue(queue)?;
         self.read(|state| state.queue_len(queue))
     }
 
