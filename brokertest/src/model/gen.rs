@@ -81,14 +81,17 @@ fn new_id(m: &Model) -> BoxedStrategy<Option<&'static str>> {
     prop_oneof![8 => select(unused).prop_map(Some), 1 => any, 2 => Just(None)].boxed()
 }
 
-/// Parents: none often; else existing tasks, and rarely a missing one.
+/// Parents: none often; else mostly the latest tasks (so chains grow deep), other existing
+/// tasks, and rarely a missing one.
 fn parents(m: &Model) -> BoxedStrategy<Vec<String>> {
     let existing = m.names();
     if existing.is_empty() {
         return prop_oneof![9 => Just(Vec::new()), 1 => vec(pick(presets()), 1..=1)].boxed();
     }
-    let parent = prop_oneof![12 => pick(existing), 1 => pick(presets())];
-    prop_oneof![3 => Just(Vec::new()), 3 => vec(parent.clone(), 1..=1), 2 => vec(parent, 2..=3)]
+    let listed = m.list(&taskgate::Filter::default());
+    let recent: Vec<String> = listed.iter().rev().take(2).map(|t| t.id.clone()).collect();
+    let parent = prop_oneof![8 => pick(recent), 6 => pick(existing), 1 => pick(presets())];
+    prop_oneof![3 => Just(Vec::new()), 4 => vec(parent.clone(), 1..=1), 2 => vec(parent, 2..=3)]
         .boxed()
 }
 
@@ -273,8 +276,24 @@ fn worker_ops(m: &Model, w: &Weights) -> Vec<(u32, BoxedStrategy<Op>)> {
     ]
 }
 
-fn admin_ops(m: &Model, w: &Weights) -> Vec<(u32, BoxedStrategy<Op>)> {
+/// Unfinished tasks that a blocked task waits for (cancelling one cascades), else any
+/// unfinished task.
+fn cancel_target(m: &Model) -> BoxedStrategy<String> {
+    let awaited: Vec<String> = m
+        .list(&taskgate::Filter { status: Some(Status::Blocked), ..taskgate::Filter::default() })
+        .iter()
+        .flat_map(|t| t.depends_on.clone())
+        .filter(|p| m.task(p).is_some_and(|t| !t.status.is_terminal()))
+        .collect();
     let live = in_status(m, |s| !s.is_terminal());
+    if awaited.is_empty() {
+        return live;
+    }
+    prop_oneof![2 => pick(awaited), 1 => live].boxed()
+}
+
+fn admin_ops(m: &Model, w: &Weights) -> Vec<(u32, BoxedStrategy<Op>)> {
+    let live = cancel_target(m);
     vec![
         (16, spec(m).prop_map(Op::Enqueue).boxed()),
         (3, vec(spec(m), 1..=3).prop_map(Op::EnqueueMany).boxed()),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskgate::{Broker, Clock, Error, FailKind, Failure, ManualClock, Task};
+use taskgate::{Broker, Clock, Error, FailKind, Failure, Filter, ManualClock, Task};
 
 use super::record::{Act, Recorder, Res, Rng};
 use crate::SAFETY_TIMEOUT;
@@ -56,7 +56,7 @@ pub(crate) struct World {
     pub(crate) actions: AtomicU64,
     /// `actions` at the reaper's last tick (workers wait when they run too far ahead).
     pub(crate) ticked_at: AtomicU64,
-    /// Calls that did not answer within the safety timeout.
+    /// Calls that did not answer within the safety timeout, and properties broken mid-run.
     pub(crate) hangs: std::sync::Mutex<Vec<String>>,
 }
 
@@ -73,7 +73,7 @@ impl World {
         }
     }
 
-    fn hung(&self, what: String) {
+    pub(crate) fn hung(&self, what: String) {
         self.hangs.lock().unwrap_or_else(|p| p.into_inner()).push(what);
     }
 }
@@ -138,12 +138,25 @@ pub(crate) async fn reaper(broker: Arc<dyn Broker>, world: Arc<World>, mut rng: 
         world.ticked_at.store(world.actions.load(Ordering::SeqCst), Ordering::SeqCst);
         pace = 4 + u64::try_from(rng.below(8)).unwrap_or(0);
         world.clock.advance(Duration::from_secs(20));
+        snapshot_converged(&*broker, &world).await;
         let start = world.recorder.start();
         let r = call(&world, "reap_expired", None, broker.reap_expired()).await;
         if let Ok(n) = &r {
             world.reaped.fetch_add(*n, Ordering::SeqCst);
         }
         world.recorder.finish("reaper", Act::Reap, "", "", start, res(&r));
+    }
+}
+
+/// A list is one atomic read and propagation is atomic with the write that finished a parent,
+/// so every snapshot is converged — checked before each reap, whose repair would heal a miss.
+async fn snapshot_converged(broker: &dyn Broker, world: &World) {
+    if let Ok(Ok(tasks)) =
+        tokio::time::timeout(SAFETY_TIMEOUT, broker.list(&Filter::default())).await
+    {
+        for v in super::verify::converged(&tasks) {
+            world.hung(format!("mid-run snapshot: {v}"));
+        }
     }
 }
 

@@ -9,6 +9,10 @@
 //! * every task ends terminal or claimable (or blocked on a parent still unfinished) once the
 //!   workers released what they held and expired leases were reaped, and nothing runs under a
 //!   lease no caller received (dropped claims are cancel-safe);
+//! * in every list snapshot the reaper takes before it reaps, and once more at the end before
+//!   the final reap (the reaper's defensive repair would heal a miss), no blocked task has only
+//!   finished parents or a failed fail_fast parent — propagation converged in the call that
+//!   finished the parent;
 //! * after draining (claim and ack whatever is claimable), every task is terminal — no lost
 //!   wake-up;
 //! * each completed task was acked by exactly one token, and no other task was acked;
@@ -321,6 +325,7 @@ async fn list(broker: &dyn Broker) -> Result<Vec<Task>, String> {
 /// The final-state checks and the history checks, in order.
 async fn check(broker: &dyn Broker, world: &World) -> Result<Vec<String>, String> {
     let mut violations = settle(broker, world).await?;
+    violations.extend(verify::converged(&list(broker).await?));
     world.clock.advance(Duration::from_secs(61));
     bounded(broker.reap_expired()).await?.map_err(|e| format!("reap failed: {e}"))?;
     violations.extend(verify::terminal_or_claimable(&list(broker).await?));

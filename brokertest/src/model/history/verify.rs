@@ -107,6 +107,30 @@ pub(crate) fn final_dependencies(tasks: &[Task]) -> Vec<String> {
     out
 }
 
+/// Propagation converged without the reaper's repair: no blocked task has only satisfied
+/// parents (a lost wake-up) or a fail_fast parent that failed or was cancelled (a lost cascade).
+pub(crate) fn converged(tasks: &[Task]) -> Vec<String> {
+    let status: BTreeMap<&str, Status> = tasks.iter().map(|t| (t.id.as_str(), t.status)).collect();
+    let mut out = Vec::new();
+    for t in tasks.iter().filter(|t| t.status == Status::Blocked) {
+        let parents: Vec<Option<Status>> =
+            t.distinct_parents().iter().map(|p| status.get(p).copied()).collect();
+        let failed = parents.iter().any(|s| matches!(s, Some(Status::Failed | Status::Canceled)));
+        if failed && t.on_parent_failure == taskgate::OnParentFailure::FailFast {
+            out.push(format!(
+                "lost cascade: {} is blocked although a parent failed: {parents:?}",
+                t.id
+            ));
+        } else if parents.iter().all(|s| s.is_some_and(Status::is_terminal)) {
+            out.push(format!(
+                "lost wake-up: {} is blocked although its parents {parents:?} finished",
+                t.id
+            ));
+        }
+    }
+    out
+}
+
 /// After every worker released what it held and expired leases were reaped: each task is
 /// terminal, claimable, or blocked on a parent that has not finished — none is stranded.
 pub(crate) fn terminal_or_claimable(tasks: &[Task]) -> Vec<String> {
