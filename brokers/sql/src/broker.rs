@@ -11,7 +11,7 @@ use taskgate::{
     validate, AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest,
     QuotaProvider, ReplayRequest, ResolvedOptions, Result, Status, Step, Task,
 };
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
 use crate::core::{in_tx, Core, Tx, TxFail};
 use crate::dialect::UniqueTarget;
@@ -171,6 +171,8 @@ impl SqlBroker {
     ) -> Result<Vec<Task>> {
         let (sender, receiver) = oneshot::channel();
         let core = self.core.clone();
+        // Held until the claimed tasks are delivered or requeued; `close` waits for it.
+        let inflight = core.inflight.clone().try_read_owned().map_err(|_| Error::Closed)?;
         tokio::spawn(async move {
             let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
             let mut sender = sender;
@@ -186,7 +188,12 @@ impl SqlBroker {
                 return;
             }
             let result = result
-                .map(|tasks| ClaimGuard { core: core.clone(), opts: opts.clone(), tasks })
+                .map(|tasks| ClaimGuard {
+                    core: core.clone(),
+                    opts: opts.clone(),
+                    tasks,
+                    inflight: Some(inflight),
+                })
                 .map_err(|e| core.fail(e));
             // If the receiver is gone the guard comes back here and is dropped: it requeues.
             let _ = sender.send(result);
@@ -226,10 +233,12 @@ struct ClaimGuard {
     core: Arc<Core>,
     opts: Arc<ResolvedOptions>,
     tasks: Vec<Task>,
+    inflight: Option<OwnedRwLockReadGuard<()>>,
 }
 
 impl ClaimGuard {
     fn take(mut self) -> Vec<Task> {
+        self.inflight = None;
         std::mem::take(&mut self.tasks)
     }
 }
@@ -241,8 +250,10 @@ impl Drop for ClaimGuard {
             return;
         }
         let (core, opts) = (self.core.clone(), self.opts.clone());
+        let inflight = self.inflight.take();
         let requeue = async move {
             let _ = in_tx!(&core, &opts, "unclaim", |tx| claim::unclaim(&mut tx, &tasks));
+            drop(inflight);
         };
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(requeue);
@@ -268,6 +279,8 @@ impl Broker for SqlBroker {
 
     async fn close(&self) -> Result<()> {
         if self.core.life.close() {
+            // Claims in flight finish (delivered or requeued) before the pools close.
+            let _drained = self.core.inflight.write().await;
             self.core.adapter.close().await;
         }
         Ok(())

@@ -62,6 +62,9 @@ pub(crate) struct Core {
     pub(crate) life: Lifecycle,
     pub(crate) hub: WakeHub,
     pub(crate) retries: AtomicU64,
+    /// Claims in flight hold a read guard until their tasks are delivered or requeued;
+    /// `close` takes the write side to wait for them.
+    pub(crate) inflight: Arc<tokio::sync::RwLock<()>>,
     sql_cache: RwLock<HashMap<(usize, usize), Arc<str>>>,
     sized_cache: RwLock<HashMap<SizedKey, Arc<str>>>,
     wake_sql: Option<String>,
@@ -85,6 +88,7 @@ impl Core {
             life: Lifecycle::new(),
             hub: WakeHub::new(),
             retries: AtomicU64::new(0),
+            inflight: Arc::new(tokio::sync::RwLock::new(())),
             sql_cache: RwLock::new(HashMap::new()),
             sized_cache: RwLock::new(HashMap::new()),
             wake_sql,
