@@ -8,9 +8,13 @@ use sqlx::postgres::{PgListener, PgPool};
 use taskgate_sql::SqlBroker;
 use tokio::sync::mpsc;
 
-/// Sends one `NOTIFY` per burst of commits: a poke while a notification is in flight is
-/// coalesced into the next one, so at most one notifying transaction per handle is in flight
-/// (PostgreSQL serialises notifying commits cluster-wide).
+/// The least time between two notifications of one handle.
+pub(crate) const MIN_GAP: Duration = Duration::from_millis(5);
+
+/// Sends one `NOTIFY` per burst of commits: pokes while a notification is in flight, or within
+/// [`MIN_GAP`] after it, are coalesced into the next one. So a handle runs at most one notifying
+/// transaction at a time and at most one per `MIN_GAP` under load (PostgreSQL serialises
+/// notifying commits cluster-wide), while an idle system still notifies at once.
 #[derive(Clone, Debug)]
 pub(crate) struct Notifier {
     tx: mpsc::Sender<()>,
@@ -32,6 +36,7 @@ impl Notifier {
                     break;
                 }
                 let _ = sqlx::raw_sql(&sql).execute(&pool).await;
+                tokio::time::sleep(MIN_GAP).await;
             }
         });
         Notifier { tx }

@@ -30,7 +30,7 @@ async fn eight_handles_migrate_a_fresh_prefix_at_once() -> Result<(), taskgate::
     let again = handles[0].engine().migrate().await?;
     assert!(again.is_empty(), "a second run applied {again:?}");
     for (i, h) in handles.iter().enumerate() {
-        h.enqueue(&Task::new("job", "q").with_id(&format!("t{i}"))).await?;
+        h.enqueue(&Task::new("job", "q").with_id(format!("t{i}"))).await?;
     }
     assert_eq!(handles[7].queue_len("q").await?, 8);
     let refs: Vec<&taskgate_postgres::PgBroker> = handles.iter().collect();

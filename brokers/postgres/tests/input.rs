@@ -80,7 +80,7 @@ async fn invalid_tasks_fail_before_any_statement() -> Result<(), taskgate::BoxEr
     assert!(valid.is_some_and(|e| e.is(ErrorKind::Backend)), "the pool is closed");
     let cases: Vec<(Task, &str)> = vec![
         (Task::new("", "q"), "type"),
-        (Task::new("job", "q").with_id(&"i".repeat(256)), "id"),
+        (Task::new("job", "q").with_id("i".repeat(256)), "id"),
         (Task::new("job", "q\u{0}"), "queue"),
         (Task::new("job", "q").with_payload(vec![0; 17 * 1024 * 1024]), "payload"),
     ];

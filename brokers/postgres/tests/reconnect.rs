@@ -13,7 +13,7 @@ use taskgate_postgres::PgBroker;
 
 async fn enqueue_batch(b: &PgBroker, from: usize, to: usize) -> Result<(), taskgate::BoxError> {
     for i in from..to {
-        b.enqueue(&Task::new("job", "q").with_id(&format!("t{i:03}"))).await?;
+        b.enqueue(&Task::new("job", "q").with_id(format!("t{i:03}"))).await?;
     }
     Ok(())
 }

@@ -7,17 +7,19 @@ mod common;
 use sqlx::PgConnection;
 use taskgate::ManualClock;
 
+/// One `information_schema.columns` row: table, column, type, nullable, default, collation.
+type Column = (String, String, String, String, Option<String>, Option<String>);
+
 async fn columns(conn: &mut PgConnection, prefix: &str) -> Result<Vec<String>, sqlx::Error> {
-    let rows: Vec<(String, String, String, String, Option<String>, Option<String>)> =
-        sqlx::query_as(
-            "SELECT table_name::text, column_name::text, data_type::text, is_nullable::text, \
+    let rows: Vec<Column> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text, data_type::text, is_nullable::text, \
              column_default::text, collation_name::text FROM information_schema.columns \
              WHERE table_schema = current_schema() AND table_name LIKE $1 || '%' \
              ORDER BY table_name, ordinal_position",
-        )
-        .bind(prefix)
-        .fetch_all(conn)
-        .await?;
+    )
+    .bind(prefix)
+    .fetch_all(conn)
+    .await?;
     Ok(rows
         .into_iter()
         .map(|(table, column, ty, nullable, default, collation)| {
