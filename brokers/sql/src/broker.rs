@@ -16,7 +16,7 @@ use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 use crate::core::{in_tx, Core, Tx, TxFail};
 use crate::dialect::UniqueTarget;
 use crate::migrate::{migrate, Migration};
-use crate::ops::{claim, enqueue, finish, prune, read, reap, replay};
+use crate::ops::{ack, claim, enqueue, finish, prune, read, reap, replay};
 use crate::quota::Provider;
 use crate::{Adapter, Dialect, SqlConn};
 
@@ -211,12 +211,18 @@ impl SqlBroker {
         max: usize,
     ) -> Result<Probe> {
         self.opts()?;
-        let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
-        let probe = claim::probe(&self.core, &opts, &refs).await?;
-        if let Some(next_due_in) = probe.wait() {
-            return Ok(Probe::Idle { next_due_in });
+        // After a full batch more is likely ready: claim at once. Otherwise look first, so
+        // an empty poll is a read, not a write transaction.
+        if !self.core.last_claim_full.load(Ordering::Relaxed) {
+            let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
+            let probe = claim::probe(&self.core, &opts, &refs).await?;
+            if let Some(next_due_in) = probe.wait() {
+                return Ok(Probe::Idle { next_due_in });
+            }
         }
-        Ok(Probe::Claimed(self.claim_detached(opts, queues, max).await?))
+        let claimed = self.claim_detached(opts, queues, max).await?;
+        self.core.last_claim_full.store(claimed.len() == max, Ordering::Relaxed);
+        Ok(Probe::Claimed(claimed))
     }
 
     fn claim_args(queues: &[&str], max: usize) -> Result<Vec<String>> {
@@ -359,7 +365,13 @@ impl Broker for SqlBroker {
             .collect();
         let mut results = Vec::with_capacity(valid.len());
         for chunk in valid.chunks(self.ack_chunk()) {
-            let done = in_tx!(&self.core, &opts, "ack", |tx| finish::ack_many(&mut tx, chunk));
+            let returning = self.core.dialect.update_returning();
+            let done = in_tx!(&self.core, &opts, "ack", |tx| async {
+                match returning {
+                    true => ack::ack_many(&mut tx, chunk).await,
+                    false => finish::ack_many(&mut tx, chunk).await,
+                }
+            });
             results.extend(done.map_err(|e| self.core.fail(e))?);
         }
         let mut results = results.into_iter();

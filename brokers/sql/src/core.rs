@@ -62,6 +62,8 @@ pub(crate) struct Core {
     pub(crate) life: Lifecycle,
     pub(crate) hub: WakeHub,
     pub(crate) retries: AtomicU64,
+    /// The last claim filled its batch: the next one skips the read-only probe.
+    pub(crate) last_claim_full: std::sync::atomic::AtomicBool,
     /// Claims in flight hold a read guard until their tasks are delivered or requeued;
     /// `close` takes the write side to wait for them.
     pub(crate) inflight: Arc<tokio::sync::RwLock<()>>,
@@ -88,6 +90,7 @@ impl Core {
             life: Lifecycle::new(),
             hub: WakeHub::new(),
             retries: AtomicU64::new(0),
+            last_claim_full: std::sync::atomic::AtomicBool::new(false),
             inflight: Arc::new(tokio::sync::RwLock::new(())),
             sql_cache: RwLock::new(HashMap::new()),
             sized_cache: RwLock::new(HashMap::new()),

@@ -139,6 +139,12 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
         "?"
     }
 
+    /// True when `UPDATE … RETURNING` exists (SQLite ≥ 3.35, PostgreSQL): ack is then one
+    /// statement. MySQL/MariaDB: false (a locking read, then the update).
+    fn update_returning(&self) -> bool {
+        false
+    }
+
     /// The LIMIT value meaning "all rows" when only an offset is given (SQLite `-1`,
     /// PostgreSQL/MySQL `9223372036854775807`).
     fn limit_all(&self) -> &'static str;

@@ -5,7 +5,7 @@
 use taskgate::{id, Timestamp};
 
 use crate::dialect::ClaimShape;
-use crate::ops::{claim, finish, propagate, reap};
+use crate::ops::{ack, claim, finish, propagate, reap};
 use crate::{SqlBroker, Value};
 
 /// One hot statement, ready for `EXPLAIN`.
@@ -44,23 +44,38 @@ impl SqlBroker {
                 args: vec![q.clone(), t.clone(), Value::Int(10)],
             },
         };
-        vec![
+        let no_result = Value::Null(crate::Kind::Bytes);
+        let token = Value::from("token");
+        let ack = if core.dialect.update_returning() {
+            vec![HotStatement {
+                name: "ack",
+                sql: ack::ack_returning_sql(core, 1).to_string(),
+                args: vec![task.clone(), no_result, t.clone(), task.clone(), task.clone(), token],
+            }]
+        } else {
+            vec![
+                HotStatement {
+                    name: "ack_lock",
+                    sql: finish::ack_lock_sql(core, 1).to_string(),
+                    args: vec![task.clone()],
+                },
+                HotStatement {
+                    name: "ack_write",
+                    sql: finish::ack_complete_sql(core, 1).to_string(),
+                    args: vec![task.clone(), no_result, t.clone(), task.clone()],
+                },
+            ]
+        };
+        let mut hot = vec![
             HotStatement {
                 name: "next_due",
                 sql: claim::probe_sql(core, 1).to_string(),
                 args: vec![t.clone(), q],
             },
             claim,
-            HotStatement {
-                name: "ack_lock",
-                sql: finish::ack_lock_sql(core, 1).to_string(),
-                args: vec![task.clone()],
-            },
-            HotStatement {
-                name: "ack_write",
-                sql: finish::ack_complete_sql(core, 1).to_string(),
-                args: vec![task.clone(), Value::Null(crate::Kind::Bytes), t.clone(), task.clone()],
-            },
+        ];
+        hot.extend(ack);
+        hot.extend([
             HotStatement { name: "reap", sql: core.sql(reap::REAP_SQL).to_string(), args: vec![t] },
             HotStatement {
                 name: "children",
@@ -72,6 +87,7 @@ impl SqlBroker {
                 sql: core.sql(reap::BLOCKED_SQL).to_string(),
                 args: vec![],
             },
-        ]
+        ]);
+        hot
     }
 }

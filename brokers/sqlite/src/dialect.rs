@@ -57,6 +57,10 @@ impl Dialect for SqliteDialect {
         "? || lower(hex(randomblob(10)))"
     }
 
+    fn update_returning(&self) -> bool {
+        true
+    }
+
     fn limit_all(&self) -> &'static str {
         "-1"
     }

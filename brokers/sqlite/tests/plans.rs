@@ -75,7 +75,7 @@ async fn hot_statements_seek_indexes_after_finished_rows_pile_up() -> TestResult
             "next_due" | "claim" => {
                 &["taskgate_idx_ready", "taskgate_idx_claim (queue=? AND status=?"]
             }
-            "ack_lock" | "ack_write" => &["sqlite_autoindex_taskgate_tasks_1 (id=?)"],
+            "ack" | "ack_lock" | "ack_write" => &["sqlite_autoindex_taskgate_tasks_1 (id=?)"],
             "reap" | "repair" => &["taskgate_idx_status (status=?"],
             "children" => &["taskgate_idx_deps_parent (parent_id=? AND done=?)"],
             other => panic!("unexpected hot statement {other}"),

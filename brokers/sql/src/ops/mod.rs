@@ -2,6 +2,7 @@
 //! with the core's pure functions, write, propagate. Helpers shared by several operations live
 //! here.
 
+pub(crate) mod ack;
 pub(crate) mod claim;
 pub(crate) mod enqueue;
 pub(crate) mod finish;

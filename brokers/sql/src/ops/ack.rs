@@ -1,0 +1,121 @@
+//! Ack in one statement where the dialect has `UPDATE … RETURNING` (SQLite, PostgreSQL): the
+//! token check is in the WHERE clause and the returned rows are the snapshots, so the common
+//! case costs one round trip; items not returned are then told apart (NotFound / LeaseLost)
+//! by one more read. Dialects without it use the locking read in `finish::ack_many`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use taskgate::{AckItem, Error, Result, Status};
+
+use super::propagate::propagate;
+use crate::core::{Core, Tx, TxFail};
+use crate::dialect::placeholders;
+use crate::row::{TaskRow, TASK_COLUMN_COUNT};
+use crate::value::Cols;
+use crate::{Kind, Value};
+
+/// The ack of `n` tasks as one `UPDATE … RETURNING`. Arguments: (id, result) pairs, now, the
+/// IDs, (id, token) pairs.
+pub(crate) fn ack_returning_sql(core: &Core, n: usize) -> Arc<str> {
+    core.sql_sized("ack_returning", (n, 0), || {
+        let cases = " WHEN ? THEN ?".repeat(n);
+        format!(
+            "UPDATE {{tasks}} SET status = 'completed', result = CASE id{cases} END, \
+             finished_at = ?, lease_token = '', lease_until = 0, cancel_requested = 0 \
+             WHERE id IN ({ids}) AND status = 'running' AND lease_token = CASE id{cases} END \
+             RETURNING {{cols}}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE \
+             d.parent_id = {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END",
+            ids = placeholders(n)
+        )
+    })
+}
+
+/// Acks `items`; each gets its own outcome.
+pub(crate) async fn ack_many(
+    tx: &mut Tx<'_>,
+    items: &[AckItem],
+) -> std::result::Result<Vec<Result<()>>, TxFail> {
+    let mut first: HashMap<&str, usize> = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        first.entry(item.id.as_str()).or_insert(i);
+    }
+    let candidates: Vec<&AckItem> = items
+        .iter()
+        .enumerate()
+        .filter(|(i, item)| first.get(item.id.as_str()) == Some(i) && !item.token.is_empty())
+        .map(|(_, item)| item)
+        .collect();
+    let acked = complete(tx, &candidates).await?;
+    let unacked: Vec<&str> = first.keys().copied().filter(|id| !acked.contains_key(*id)).collect();
+    let existing = existing_ids(tx, &unacked).await?;
+    let outcomes = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            match (acked.contains_key(item.id.as_str()), first.get(item.id.as_str())) {
+                (true, Some(f)) if *f == i => Ok(()),
+                (true, _) => Err(Error::lease_lost(&item.id)),
+                (false, _) if existing.contains(&item.id) => Err(Error::lease_lost(&item.id)),
+                (false, _) => Err(Error::not_found(&item.id)),
+            }
+        })
+        .collect();
+    let mut finished = Vec::new();
+    for (row, has_children) in acked.values() {
+        tx.snapshot(&row.task);
+        if *has_children {
+            finished.push((row.task.id.clone(), Status::Completed));
+        }
+    }
+    if !acked.is_empty() {
+        tx.wake();
+    }
+    finished.sort();
+    propagate(tx, finished).await?;
+    Ok(outcomes)
+}
+
+/// Completes the candidates whose token matches; returns them by ID with their "has open
+/// child edges" flag.
+async fn complete(
+    tx: &mut Tx<'_>,
+    items: &[&AckItem],
+) -> std::result::Result<HashMap<String, (TaskRow, bool)>, TxFail> {
+    if items.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let now = tx.now().await?;
+    let n = items.len();
+    let mut args = Vec::with_capacity(5 * n + 1);
+    for item in items {
+        args.extend([Value::from(&item.id), Value::opt_bytes(item.result.as_deref())]);
+    }
+    args.push(Value::from(now));
+    args.extend(items.iter().map(|item| Value::from(&item.id)));
+    for item in items {
+        args.extend([Value::from(&item.id), Value::from(&item.token)]);
+    }
+    let sql = ack_returning_sql(tx.core, n);
+    let rows = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int])).await?;
+    let mut acked = HashMap::with_capacity(rows.len());
+    for r in &rows {
+        let row = TaskRow::decode(r)?;
+        let has_children = Cols(r).int(TASK_COLUMN_COUNT)? != 0;
+        acked.insert(row.task.id.clone(), (row, has_children));
+    }
+    Ok(acked)
+}
+
+/// Which of `ids` exist.
+async fn existing_ids(tx: &mut Tx<'_>, ids: &[&str]) -> std::result::Result<Vec<String>, TxFail> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = tx.core.sql_sized("existing_ids", (ids.len(), 0), || {
+        format!("SELECT id FROM {{tasks}} WHERE id IN ({})", placeholders(ids.len()))
+    });
+    let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
+    let rows = tx.fetch(&sql, &args, &[Kind::Text]).await?;
+    rows.iter().map(|r| Cols(r).text(0).map_err(TxFail::from)).collect()
+}
