@@ -54,7 +54,7 @@ pub enum QuotaShape {
     EnsureThenUpdate {
         /// `SELECT <now seconds>` with one override argument (or NULL).
         now_sql: String,
-        /// Ensures the row: arguments key, window.
+        /// Ensures the row (`used = used` on conflict): arguments key, window, period.
         ensure_sql: String,
         /// Reserves: arguments key, window, limit; affected rows 1 = reserved.
         update_sql: String,

@@ -155,7 +155,8 @@ pub(crate) async fn open(options: SqliteOptions) -> Result<SqliteBroker> {
         migrations: MIGRATIONS,
         migrate_on_init: false,
     };
-    let inner = SqlBroker::new(adapter.clone(), Arc::new(SqliteDialect), config)?;
+    let dialect = options.dialect.clone().unwrap_or_else(|| Arc::new(SqliteDialect));
+    let inner = SqlBroker::new(adapter.clone(), dialect, config)?;
     if let Err(e) = migrate(&inner, &adapter).await {
         taskgate_sql::Adapter::close(&*adapter).await;
         return Err(e);

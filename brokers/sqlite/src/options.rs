@@ -53,6 +53,7 @@ pub struct SqliteOptions {
     pub(crate) poll_interval: Duration,
     pub(crate) busy_timeout: Duration,
     pub(crate) read_connections: u32,
+    pub(crate) dialect: Option<std::sync::Arc<dyn taskgate_sql::Dialect>>,
 }
 
 impl SqliteOptions {
@@ -74,6 +75,7 @@ impl SqliteOptions {
             poll_interval: DEFAULT_POLL_INTERVAL,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             read_connections: 4,
+            dialect: None,
         }
     }
 
@@ -122,6 +124,15 @@ impl SqliteOptions {
     /// Sets the size of the read pool (default 4, at least 1).
     pub fn read_connections(mut self, n: u32) -> SqliteOptions {
         self.read_connections = n.max(1);
+        self
+    }
+
+    /// Runs the engine with another dialect on this SQLite file (tests only: the
+    /// server-shaped dialect of [`testing`](crate::testing) exercises the PostgreSQL/MySQL
+    /// statement shapes on SQLite).
+    #[cfg(feature = "testing")]
+    pub fn dialect(mut self, dialect: std::sync::Arc<dyn taskgate_sql::Dialect>) -> SqliteOptions {
+        self.dialect = Some(dialect);
         self
     }
 

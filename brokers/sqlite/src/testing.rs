@@ -9,13 +9,19 @@ use async_trait::async_trait;
 use brokertest::{Factory, Storage};
 use taskgate::{BoxError, Broker};
 
-use crate::{SqliteBroker, SqliteOptions, Synchronous};
+use taskgate_sql::{
+    ClaimShape, DbError, DdlLock, Dialect, Placeholder, QuotaShape, RetryClass, TimeSource,
+    UniqueTarget,
+};
+
+use crate::{SqliteBroker, SqliteDialect, SqliteOptions, Synchronous};
 
 /// Hands each contract case a fresh SQLite file.
 #[derive(Clone, Debug)]
 pub struct SqliteFactory {
     synchronous: Synchronous,
     poll_interval: Duration,
+    server_shaped: bool,
 }
 
 impl Default for SqliteFactory {
@@ -30,7 +36,15 @@ impl SqliteFactory {
         SqliteFactory {
             synchronous: Synchronous::Full,
             poll_interval: crate::DEFAULT_POLL_INTERVAL,
+            server_shaped: false,
         }
+    }
+
+    /// The same factory with [`ServerShapedDialect`]: the engine's PostgreSQL/MySQL paths
+    /// (locking read then update, two-step quota, server time) run on SQLite.
+    pub fn server_shaped(mut self) -> Self {
+        self.server_shaped = true;
+        self
     }
 
     /// The same factory with another `synchronous` setting.
@@ -74,9 +88,13 @@ impl SqliteStorage {
 
     /// Options for a new handle on this file.
     pub fn options(&self) -> SqliteOptions {
-        SqliteOptions::new(&self.path)
+        let options = SqliteOptions::new(&self.path)
             .synchronous(self.factory.synchronous)
-            .poll_interval(self.factory.poll_interval)
+            .poll_interval(self.factory.poll_interval);
+        match self.factory.server_shaped {
+            true => options.dialect(Arc::new(ServerShapedDialect)),
+            false => options,
+        }
     }
 
     /// A new broker instance on this file (not initialised).
@@ -101,5 +119,67 @@ impl Storage for SqliteStorage {
             let _ = std::fs::remove_dir_all(dir.path());
         }
         Ok(())
+    }
+}
+
+/// SQLite speaking like a server database: claims as a candidate read then one UPDATE with
+/// per-task tokens, acks as a read then an UPDATE (no `UPDATE … RETURNING`), quota in the
+/// flag-independent two-step form, and "now" read from the database once per transaction. It
+/// runs the engine paths PostgreSQL and MySQL/MariaDB take against a real database here, so
+/// the contract suite proves them before those backends exist.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServerShapedDialect;
+
+impl Dialect for ServerShapedDialect {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+    fn placeholder(&self) -> Placeholder {
+        SqliteDialect.placeholder()
+    }
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+    fn now_ms_sql(&self) -> &'static str {
+        SqliteDialect.now_ms_sql()
+    }
+    fn lock_clause(&self) -> &'static str {
+        SqliteDialect.lock_clause()
+    }
+    fn skip_locked_clause(&self) -> &'static str {
+        SqliteDialect.skip_locked_clause()
+    }
+    fn claim_shape(&self) -> ClaimShape {
+        ClaimShape::SelectThenUpdate
+    }
+    fn limit_all(&self) -> &'static str {
+        SqliteDialect.limit_all()
+    }
+    fn insert_ignore(&self, table: &str, columns: &str, values: &str, _key: &str) -> String {
+        format!("INSERT OR IGNORE INTO {table} ({columns}) VALUES ({values})")
+    }
+    fn quota_shape(&self, table: &str) -> QuotaShape {
+        QuotaShape::EnsureThenUpdate {
+            now_sql: "SELECT CAST(COALESCE(?, strftime('%s', 'now')) AS INTEGER)".to_owned(),
+            ensure_sql: format!(
+                "INSERT INTO {table} (qkey, win, used, period) VALUES (?, ?, 0, ?) \
+                 ON CONFLICT (qkey, win) DO UPDATE SET used = used"
+            ),
+            update_sql: format!(
+                "UPDATE {table} SET used = used + 1 WHERE qkey = ? AND win = ? AND used < ?"
+            ),
+        }
+    }
+    fn ddl_lock(&self, key: &str) -> Option<DdlLock> {
+        SqliteDialect.ddl_lock(key)
+    }
+    fn transactional_ddl(&self) -> bool {
+        SqliteDialect.transactional_ddl()
+    }
+    fn retry_class(&self, error: &DbError) -> RetryClass {
+        SqliteDialect.retry_class(error)
+    }
+    fn unique_violation(&self, error: &DbError, prefix: &str) -> Option<UniqueTarget> {
+        SqliteDialect.unique_violation(error, prefix)
     }
 }
