@@ -90,8 +90,8 @@ pub use op::{
     ListSpec, Op, ReplayTarget, StepSpec, TaskSpec, TokenRef, KEYS, PRESET_IDS, QUEUES, TYPES,
 };
 pub use run::{
-    model_cases, model_test, run_model_test, ModelFailure, ModelReport, CASES_VAR, SEED_VAR,
-    SHRINK_VAR, STEPS_VAR,
+    check_sequence, model_cases, model_test, run_model_test, ModelFailure, ModelReport, CASES_VAR,
+    SEED_VAR, SHRINK_VAR, STEPS_VAR,
 };
 pub use state::{Model, ModelOptions};
 

@@ -93,11 +93,16 @@ pub struct ModelFailure {
 impl fmt::Display for ModelFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let first = self.first_failing_case.map_or("?".to_owned(), |n| n.to_string());
-        writeln!(
-            f,
-            "model test against {} failed at case {first} of {} (seed {}; rerun with {SEED_VAR}={})",
-            self.backend, self.cases, self.seed, self.seed
-        )?;
+        if self.seed == 0 && self.cases == 1 {
+            writeln!(f, "{} diverges from the model on this sequence", self.backend)?;
+        } else {
+            writeln!(
+                f,
+                "model test against {} failed at case {first} of {} (seed {}; rerun with \
+                 {SEED_VAR}={})",
+                self.backend, self.cases, self.seed, self.seed
+            )?;
+        }
         writeln!(f, "minimal sequence ({} steps):", self.steps.len())?;
         for (i, step) in self.steps.iter().enumerate() {
             writeln!(f, "  {:>2}. {step}", i + 1)?;
@@ -194,6 +199,31 @@ pub fn model_test<F: Factory + 'static>(factory: F, default_cases: u32) {
         },
         Err(failure) => panic!("{failure}"),
     }
+}
+
+/// Runs one fixed sequence against fresh storage from `factory`, comparing every step with
+/// the model — how a shrunk failure becomes a regression test. Call it from a plain `#[test]`.
+///
+/// ```ignore
+/// use brokertest::model::{check_sequence, Op, TokenRef};
+/// check_sequence(MyFactory, &[Op::Reap, Op::Ack { id: "t1".into(), token: TokenRef::Current, result: None }])?;
+/// ```
+pub fn check_sequence<F: Factory + 'static>(factory: F, ops: &[Op]) -> Result<(), ModelFailure> {
+    let backend = factory.name();
+    let fail = |reason: String| ModelFailure {
+        backend: backend.clone(),
+        seed: 0,
+        cases: 1,
+        first_failing_case: Some(1),
+        reason,
+        steps: ops.iter().map(ToString::to_string).collect(),
+    };
+    let rt = runtime().map_err(&fail)?;
+    if let Some(why) = rt.block_on(probe(&factory)).map_err(&fail)? {
+        eprintln!("\n*** SKIPPED sequence against {backend}: {why} ***\n");
+        return Ok(());
+    }
+    rt.block_on(run_case(&factory, ops, None, &Stats::default())).map_err(fail)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
