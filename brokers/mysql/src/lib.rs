@@ -60,8 +60,8 @@ pub mod testing;
 use std::sync::Arc;
 
 use sqlx::mysql::{MySql, MySqlPool};
-use taskgate::{Error, Result, Task};
-use taskgate_sql::{EngineConfig, SqlBroker};
+use taskgate::{Error, Result, Task, Timestamp};
+use taskgate_sql::{EngineConfig, HotStatement, SqlBroker};
 
 use crate::adapter::{BorrowedConn, MySqlAdapter, StatementLog};
 pub use crate::dialect::MySqlDialect;
@@ -142,6 +142,17 @@ impl MySqlBroker {
     /// timeout (1205).
     pub fn tx_retries(&self) -> u64 {
         self.inner.tx_retries()
+    }
+
+    /// The engine's hot statements (claim, next-due, ack, reap, propagation, repair) exactly as
+    /// this backend sends them to the server — after the MySQL rewrites — with representative
+    /// arguments, for `EXPLAIN` checks (extensions §E6).
+    pub fn hot_statements(&self, queue: &str, id: &str, now: Timestamp) -> Vec<HotStatement> {
+        let mut statements = self.inner.hot_statements(queue, id, now);
+        for s in &mut statements {
+            s.sql = rewrite::for_mysql(&s.sql).into_owned();
+        }
+        statements
     }
 
     /// The engine broker inside.

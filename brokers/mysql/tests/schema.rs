@@ -1,0 +1,234 @@
+//! The applied schema, read back from `information_schema` (an `insta` snapshot), and the
+//! query plans of the hot statements (extensions §E6): after thousands of finished rows pile
+//! up and statistics are gathered, claim, next-due, ack, reap and propagation still seek an
+//! index whose leading columns exclude finished rows — the ready index, the status index, the
+//! edge index or the primary key — never a scan of finished rows, and a claim never sorts.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use sqlx::mysql::MySqlRow;
+use sqlx::{Column, Executor, MySqlConnection, Row, TypeInfo, ValueRef};
+use taskgate::{AckItem, BoxError, Broker, Task};
+use taskgate_mysql::MySqlBroker;
+use taskgate_sql::Value;
+
+/// Reads a column as text whatever its wire type (EXPLAIN and information_schema differ
+/// between MySQL and MariaDB, and between the text and binary protocols).
+fn text(row: &MySqlRow, name: &str) -> String {
+    let Ok(raw) = row.try_get_raw(name) else { return String::new() };
+    if raw.is_null() {
+        return String::new();
+    }
+    let type_name = raw.type_info().name().to_owned();
+    if type_name.ends_with("UNSIGNED") {
+        return row.try_get_unchecked::<u64, _>(name).map(|n| n.to_string()).unwrap_or_default();
+    }
+    if type_name.ends_with("INT") {
+        return row.try_get_unchecked::<i64, _>(name).map(|n| n.to_string()).unwrap_or_default();
+    }
+    if type_name == "DOUBLE" || type_name == "FLOAT" {
+        return row.try_get_unchecked::<f64, _>(name).map(|n| n.to_string()).unwrap_or_default();
+    }
+    row.try_get_unchecked::<Vec<u8>, _>(name)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// Removes what differs between MySQL 8 and MariaDB in `information_schema` text: integer
+/// display widths, quoting of defaults, charset introducers, `DEFAULT_GENERATED`.
+fn normalise(s: &str) -> String {
+    let mut out = s.replace("bigint(20)", "bigint").replace("DEFAULT_GENERATED", "");
+    for noise in ["_utf8mb4", "\\'", "'"] {
+        out = out.replace(noise, "");
+    }
+    if out == "NULL" {
+        out.clear();
+    }
+    out.trim().to_owned()
+}
+
+async fn schema_text(conn: &mut MySqlConnection, prefix: &str) -> Result<String, BoxError> {
+    let columns = sqlx::query(
+        "SELECT table_name AS t, column_name AS c, column_type AS ty, is_nullable AS n, \
+         column_default AS d, collation_name AS co, extra AS x FROM information_schema.columns \
+         WHERE table_schema = DATABASE() AND table_name LIKE CONCAT(?, '%') \
+         ORDER BY table_name, ordinal_position",
+    )
+    .bind(prefix.replace('_', "\\_"))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out = String::new();
+    for r in &columns {
+        let line = format!(
+            "{}.{} {} null={} default={} collation={} {}",
+            text(r, "t"),
+            text(r, "c"),
+            normalise(&text(r, "ty")),
+            text(r, "n"),
+            normalise(&text(r, "d")),
+            text(r, "co"),
+            normalise(&text(r, "x")),
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    let indexes = sqlx::query(
+        "SELECT table_name AS t, index_name AS i, non_unique AS u, seq_in_index AS s, \
+         column_name AS c FROM information_schema.statistics WHERE table_schema = DATABASE() \
+         AND table_name LIKE CONCAT(?, '%') ORDER BY table_name, index_name, seq_in_index",
+    )
+    .bind(prefix.replace('_', "\\_"))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut by_index: BTreeMap<(String, String), (String, Vec<String>)> = BTreeMap::new();
+    for r in &indexes {
+        let entry = by_index.entry((text(r, "t"), text(r, "i"))).or_default();
+        entry.0 = if text(r, "u") == "0" { "UNIQUE".into() } else { "INDEX".into() };
+        entry.1.push(text(r, "c"));
+    }
+    for ((table, index), (kind, cols)) in by_index {
+        out.push_str(&format!("{table} {kind} {index} ({})\n", cols.join(", ")));
+    }
+    Ok(out.replace(prefix, "{prefix}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applied_schema_matches_the_snapshot() -> Result<(), BoxError> {
+    let Some(storage) = common::storage("applied_schema_matches_the_snapshot").await else { return Ok(()) };
+    let broker = common::handle(&storage, taskgate::BrokerOptions::default()).await?;
+    let mut conn = common::connect(&storage).await?;
+    let schema = schema_text(&mut conn, storage.prefix()).await?;
+    insta::assert_snapshot!("schema", schema);
+    broker.close().await?;
+    storage.drop_tables().await
+}
+
+const FINISHED: usize = 4_000;
+
+async fn pile_up_finished(broker: &MySqlBroker) -> Result<(), BoxError> {
+    for chunk in 0..FINISHED / 500 {
+        let tasks: Vec<Task> =
+            (0..500).map(|i| Task::new("job", "hot").with_id(format!("f{chunk:03}-{i:03}"))).collect();
+        broker.enqueue_many(&tasks).await?;
+        let claimed = broker.dequeue_many(&["hot"], 500).await?;
+        let items: Vec<AckItem> = claimed
+            .iter()
+            .map(|t| AckItem { id: t.id.clone(), token: t.lease_token.clone(), result: None })
+            .collect();
+        for outcome in broker.ack_many(&items).await? {
+            outcome?;
+        }
+    }
+    Ok(())
+}
+
+fn bind<'q>(sql: &'q str, args: &'q [Value]) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    let mut q = sqlx::query(sql);
+    for a in args {
+        q = match a {
+            Value::Null(_) => q.bind(None::<i64>),
+            Value::Int(i) => q.bind(*i),
+            Value::Text(s) => q.bind(s.as_str()),
+            Value::Bytes(b) => q.bind(b.as_slice()),
+        };
+    }
+    q
+}
+
+/// The sum of the session's `Handler_read_*` counters (rows the storage engine handed over).
+async fn handler_reads(conn: &mut MySqlConnection) -> Result<u64, BoxError> {
+    let rows = sqlx::query("SHOW SESSION STATUS LIKE 'Handler\\_read\\_%'").fetch_all(&mut *conn).await?;
+    Ok(rows.iter().map(|r| text(r, "Value").parse::<u64>().unwrap_or(0)).sum())
+}
+
+/// How many rows running `sql` makes the server read (inside a transaction rolled back
+/// afterwards, so claims and writes leave nothing behind). Counts what really happens, where
+/// `EXPLAIN`'s `rows` is only an estimate.
+async fn rows_touched(conn: &mut MySqlConnection, sql: &str, args: &[Value]) -> Result<u64, BoxError> {
+    conn.execute("BEGIN").await?;
+    let idle_before = handler_reads(conn).await?;
+    let idle_after = handler_reads(conn).await?;
+    bind(sql, args).fetch_all(&mut *conn).await?;
+    let after = handler_reads(conn).await?;
+    conn.execute("ROLLBACK").await?;
+    let status_cost = idle_after.saturating_sub(idle_before);
+    Ok(after.saturating_sub(idle_after).saturating_sub(status_cost))
+}
+
+/// The indexes a hot statement may use on the tasks and edges tables.
+fn allowed(name: &str, prefix: &str) -> Vec<String> {
+    let keys: &[&str] = match name {
+        "next_due" | "claim" => &["idx_ready"],
+        "ack_lock" | "ack_write" => &["PRIMARY", "idx_deps_parent"],
+        "reap" | "repair" => &["idx_status"],
+        "children" => &["idx_deps_parent"],
+        _ => &[],
+    };
+    keys.iter()
+        .map(|k| if *k == "PRIMARY" { (*k).to_owned() } else { format!("{prefix}{k}") })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_statements_seek_indexes_that_exclude_finished_rows() -> Result<(), BoxError> {
+    let Some(storage) = common::storage("hot_statements_seek_indexes").await else { return Ok(()) };
+    let (options, clock) = common::manual_options();
+    let broker = storage.options()?.record_statements().connect_lazy()?;
+    broker.init(options).await?;
+    pile_up_finished(&broker).await?;
+    let live: Vec<Task> = (0..20).map(|i| Task::new("job", "hot").with_id(format!("live{i:02}"))).collect();
+    broker.enqueue_many(&live).await?;
+    broker.enqueue(&Task::new("job", "hot").with_id("child").with_depends_on(["live00"])).await?;
+    let running = broker.dequeue(&["hot"]).await?;
+    broker.ack(&running.id, &running.lease_token, None).await?;
+    broker.reap_expired().await?;
+    let p = storage.prefix();
+    let mut conn = common::connect(&storage).await?;
+    for table in ["tasks", "task_deps", "paused_queues"] {
+        conn.execute(format!("ANALYZE TABLE {p}{table}").as_str()).await?;
+    }
+    let now = taskgate::Clock::now_ms(&clock);
+    let recorded = broker.recorded_statements();
+    let mut report = String::new();
+    for hot in broker.hot_statements("hot", "live05", now) {
+        if ["claim", "next_due", "ack_lock", "reap", "children", "repair"].contains(&hot.name) {
+            assert!(recorded.contains(&hot.sql), "{}: the broker never ran this text:\n{}", hot.name, hot.sql);
+        }
+        let plan = bind(&format!("EXPLAIN {}", hot.sql), &hot.args).fetch_all(&mut conn).await?;
+        let allowed = allowed(hot.name, p);
+        let lines: Vec<String> = plan
+            .iter()
+            .map(|row| {
+                let (t, k, ty) = (text(row, "table"), text(row, "key"), text(row, "type"));
+                format!("{:<10} {t:<40} type={ty:<8} key={k:<45} {}", hot.name, text(row, "Extra"))
+            })
+            .collect();
+        let shown = lines.join("\n");
+        report.push_str(&shown);
+        report.push('\n');
+        for row in &plan {
+            let (table, key, extra) = (text(row, "table"), text(row, "key"), text(row, "Extra"));
+            let ours = table.starts_with(p) && (table.ends_with("tasks") || table.ends_with("task_deps"));
+            if !(ours || table == "d") {
+                continue;
+            }
+            assert!(allowed.contains(&key), "{}: {table} uses {key:?}, expected one of {allowed:?}\n{shown}\n{}", hot.name, hot.sql);
+            if hot.name == "claim" {
+                assert!(!extra.contains("filesort"), "claim sorts (and locks every ready row):\n{shown}");
+            }
+        }
+        assert!(!plan.is_empty(), "{}: no plan", hot.name);
+        let touched = rows_touched(&mut conn, &hot.sql, &hot.args).await?;
+        report.push_str(&format!("{:<10} touched {touched} index/table rows\n", hot.name));
+        assert!(touched < 300, "{}: read {touched} rows with {FINISHED} finished rows stored", hot.name);
+    }
+    eprintln!("{report}");
+    let columns: Vec<String> = bind("EXPLAIN SELECT 1", &[]).fetch_all(&mut conn).await?.first()
+        .map(|r| r.columns().iter().map(|c| c.name().to_owned()).collect())
+        .unwrap_or_default();
+    assert!(columns.iter().any(|c| c == "key"), "EXPLAIN has a key column: {columns:?}");
+    broker.close().await?;
+    storage.drop_tables().await
+}
