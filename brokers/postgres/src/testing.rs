@@ -217,6 +217,18 @@ pub fn test_prefix() -> String {
     format!("{TEST_PREFIX}{}{}_", &ulid[..10], &ulid[14..])
 }
 
+/// A test prefix dated `made` instead of now (to test the sweep).
+pub fn test_prefix_at(made: SystemTime) -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
+    let ms = made.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let time: String = (0..10)
+        .rev()
+        .map(|i| char::from(ALPHABET[usize::try_from((ms >> (5 * i)) & 31).unwrap_or(0)]))
+        .collect();
+    let fresh = test_prefix();
+    format!("{TEST_PREFIX}{time}{}", &fresh[17..])
+}
+
 /// When a test prefix was made (decoded from its ULID time characters).
 pub fn prefix_time(prefix: &str) -> Option<SystemTime> {
     let time = prefix.strip_prefix(TEST_PREFIX)?.get(..10)?;
@@ -326,6 +338,16 @@ mod tests {
         assert!(taskgate::validate::validate_prefix(&a).is_ok(), "{a}");
         let made = prefix_time(&a).and_then(|t| SystemTime::now().duration_since(t).ok());
         assert!(made.is_some_and(|age| age < Duration::from_secs(60)), "{a}");
+    }
+
+    #[test]
+    fn dated_prefixes_decode_to_their_time() {
+        let two_hours_ago = SystemTime::now() - Duration::from_secs(7200);
+        let p = test_prefix_at(two_hours_ago);
+        assert_eq!(p.len(), 30);
+        assert!(taskgate::validate::validate_prefix(&p).is_ok(), "{p}");
+        let back = prefix_time(&p).and_then(|t| two_hours_ago.duration_since(t).ok());
+        assert!(back.is_some_and(|d| d < Duration::from_millis(1)), "{p}");
     }
 
     #[test]
