@@ -113,6 +113,10 @@ impl Dialect for PgDialect {
         ClaimShape::SelectThenUpdate
     }
 
+    fn update_returning(&self) -> bool {
+        true
+    }
+
     fn limit_all(&self) -> &'static str {
         "9223372036854775807"
     }
