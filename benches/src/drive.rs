@@ -226,6 +226,9 @@ async fn claimer<W: Worker>(
         if lane.left.fetch_sub(n, Ordering::SeqCst) <= n {
             lane.drained.send_replace(true);
         }
+        // The memory broker's calls complete without ever awaiting: without a yield, a
+        // claimer that always finds work would never let the other claimers run.
+        tokio::task::yield_now().await;
     }
     Ok(tally)
 }

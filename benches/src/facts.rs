@@ -109,8 +109,9 @@ async fn mysql_settings(pool: &sqlx::MySqlPool) -> Result<Vec<(String, String)>>
         "innodb_buffer_pool_size",
     ] {
         let row = sqlx::query(&format!("SELECT CAST(@@{name} AS CHAR)")).fetch_one(pool).await?;
-        let value: Option<String> = row.try_get(0)?;
-        out.push((name.to_owned(), value.unwrap_or_default()));
+        // utf8mb4_bin strings arrive as VARBINARY.
+        let value: Option<Vec<u8>> = row.try_get(0)?;
+        out.push((name.to_owned(), String::from_utf8_lossy(&value.unwrap_or_default()).into_owned()));
     }
     Ok(out)
 }
@@ -165,7 +166,8 @@ pub async fn write_transactions(bed: &Bed) -> Result<Option<u64>> {
         }
         RawPool::MySql(pool) => {
             let row = sqlx::query("SHOW ENGINE INNODB STATUS").fetch_one(pool).await?;
-            let status: String = row.try_get("Status")?;
+            let status: Vec<u8> = row.try_get(2)?;
+            let status = String::from_utf8_lossy(&status); // columns: Type, Name, Status
             let counter = status
                 .lines()
                 .find_map(|l| l.strip_prefix("Trx id counter "))

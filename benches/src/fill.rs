@@ -146,7 +146,11 @@ async fn columns(bed: &Bed, dialect: Dialect) -> Result<Vec<String>> {
     let cols: Vec<String> = match &bed.raw {
         RawPool::Sqlite(p) => sqlx::query_scalar(sql).bind(&table).fetch_all(p).await?,
         RawPool::Postgres(p) => sqlx::query_scalar(sql).bind(&table).fetch_all(p).await?,
-        RawPool::MySql(p) => sqlx::query_scalar(sql).bind(&table).fetch_all(p).await?,
+        RawPool::MySql(p) => {
+            // utf8mb4_bin strings arrive as VARBINARY.
+            let raw: Vec<Vec<u8>> = sqlx::query_scalar(sql).bind(&table).fetch_all(p).await?;
+            raw.into_iter().map(String::from_utf8).collect::<std::result::Result<_, _>>()?
+        }
         RawPool::None => Vec::new(),
     };
     if cols.is_empty() {

@@ -84,6 +84,8 @@ async fn producer(
         }
         jobs += u64::try_from(batch).unwrap_or(u64::MAX);
         done += 1;
+        // Memory enqueues never await: yield so claimers and other producers run too.
+        tokio::task::yield_now().await;
     }
     Ok((jobs, done))
 }

@@ -139,7 +139,8 @@ impl Worker for MySqlRaw {
         let t = &self.table;
         let now = now_ms();
         let mut tx = self.conn.begin().await?;
-        let ids: Vec<String> = sqlx::query_scalar(&format!(
+        // utf8mb4_bin strings arrive as VARBINARY.
+        let raw: Vec<Vec<u8>> = sqlx::query_scalar(&format!(
             "SELECT id FROM {t} WHERE ready_queue = ? AND run_at <= ? ORDER BY run_at, id \
              LIMIT ? FOR UPDATE SKIP LOCKED"
         ))
@@ -148,6 +149,7 @@ impl Worker for MySqlRaw {
         .bind(limit(max))
         .fetch_all(&mut *tx)
         .await?;
+        let ids = raw.into_iter().map(String::from_utf8).collect::<std::result::Result<Vec<_>, _>>()?;
         if !ids.is_empty() {
             let sql = format!(
                 "UPDATE {t} SET status = 'running', lease_token = ?, lease_until = ?, \
