@@ -6,8 +6,8 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 use benches::backend::{Backend, Bed, Env};
-use benches::drive::{self, Spec, Stop};
 use benches::criterion_test_mode;
+use benches::drive::{self, Spec, Stop};
 
 mod support;
 
@@ -28,7 +28,14 @@ fn claim(c: &mut Criterion) {
 
 /// One criterion group: a backend, a layout and a batch size, over the claimer counts, on
 /// one bed whose finished rows are pruned after every claimer count.
-fn group(c: &mut Criterion, rt: &tokio::runtime::Runtime, env: &Env, backend: Backend, queues: usize, batch: usize) {
+fn group(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    backend: Backend,
+    queues: usize,
+    batch: usize,
+) {
     let bed = support::or_die(rt.block_on(Bed::open(env, backend, 64)), "open");
     let mut group = c.benchmark_group(format!("claim/{backend}/q{queues}/b{batch}"));
     support::configure(&mut group, criterion_test_mode());

@@ -18,7 +18,9 @@ fn degradation(c: &mut Criterion) {
     let env = Env::from_env();
     env.announce_skips();
     let rows = if criterion_test_mode() { 10_000 } else { 1_000_000 };
-    for backend in env.available().into_iter().filter(|b| matches!(b, Backend::Postgres | Backend::Sqlite)) {
+    for backend in
+        env.available().into_iter().filter(|b| matches!(b, Backend::Postgres | Backend::Sqlite))
+    {
         group(c, &rt, &env, backend, rows);
     }
 }

@@ -27,7 +27,8 @@ fn group(c: &mut Criterion, rt: &tokio::runtime::Runtime, env: &Env, backend: Ba
     support::configure(&mut group, criterion_test_mode());
     group.throughput(Throughput::Elements(1));
     for scenario in Producers::MATRIX {
-        let id = BenchmarkId::from_parameter(format!("p{}/b{}", scenario.producers, scenario.batch));
+        let id =
+            BenchmarkId::from_parameter(format!("p{}/b{}", scenario.producers, scenario.batch));
         group.bench_function(id, |b| {
             b.to_async(rt).iter_custom(|iters| timed(&bed, scenario, iters));
         });

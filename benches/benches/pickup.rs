@@ -26,13 +26,15 @@ fn group(c: &mut Criterion, rt: &tokio::runtime::Runtime, env: &Env, backend: Ba
     let second = support::or_die(rt.block_on(bed.second_handle()), "second handle");
     let mut group = c.benchmark_group(format!("pickup/{backend}"));
     support::configure(&mut group, criterion_test_mode());
-    for (name, claimer) in [("same-handle", bed.broker.clone()), ("second-handle", second.clone())] {
+    for (name, claimer) in [("same-handle", bed.broker.clone()), ("second-handle", second.clone())]
+    {
         group.bench_function(BenchmarkId::from_parameter(name), |b| {
             b.to_async(rt).iter_custom(|iters| {
                 let (producer, claimer) = (bed.broker.clone(), claimer.clone());
                 async move {
                     let samples = usize::try_from(iters).unwrap_or(usize::MAX);
-                    let got = pickup::pickups(producer, claimer, samples, Duration::from_millis(5)).await;
+                    let got =
+                        pickup::pickups(producer, claimer, samples, Duration::from_millis(5)).await;
                     support::or_die(got, "pickup").iter().sum()
                 }
             });

@@ -43,7 +43,8 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in report order.
-    pub const ALL: [Backend; 4] = [Backend::Memory, Backend::Sqlite, Backend::Postgres, Backend::MySql];
+    pub const ALL: [Backend; 4] =
+        [Backend::Memory, Backend::Sqlite, Backend::Postgres, Backend::MySql];
 
     /// The backend's short name.
     pub fn name(self) -> &'static str {
@@ -90,7 +91,8 @@ pub struct Env {
 impl Env {
     /// Reads `TASKGATE_PG_URL` and `TASKGATE_MYSQL_URL` (blank counts as unset).
     pub fn from_env() -> Env {
-        let var = |name| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let var =
+            |name| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         Env { pg_url: var(PG_URL_VAR), mysql_url: var(MYSQL_URL_VAR) }
     }
 
@@ -195,7 +197,8 @@ impl Bed {
 
     fn memory() -> Bed {
         let store = MemoryBroker::new();
-        let mut bed = Bed::new(Backend::Memory, Arc::new(store.handle()), String::new(), RawPool::None);
+        let mut bed =
+            Bed::new(Backend::Memory, Arc::new(store.handle()), String::new(), RawPool::None);
         bed.memory = Some(store);
         bed
     }
@@ -223,7 +226,8 @@ impl Bed {
         let broker = pg_options(url, &prefix, sessions)?.connect().await?;
         let pool = PgPoolOptions::new().max_connections(sessions).connect_lazy(url)?;
         let engine = broker.engine().clone();
-        let mut bed = Bed::new(Backend::Postgres, Arc::new(broker), prefix, RawPool::Postgres(pool));
+        let mut bed =
+            Bed::new(Backend::Postgres, Arc::new(broker), prefix, RawPool::Postgres(pool));
         bed.engine = Some(engine);
         bed.url = Some(url.to_owned());
         Ok(bed)

@@ -192,8 +192,8 @@ where
         outcome.completions += tally.completions;
         last = last.max(tally.last);
     }
-    outcome.exhausted =
-        matches!(stop, Stop::Deadline(_)) && lanes.iter().any(|l| l.left.load(Ordering::SeqCst) <= 0);
+    outcome.exhausted = matches!(stop, Stop::Deadline(_))
+        && lanes.iter().any(|l| l.left.load(Ordering::SeqCst) <= 0);
     outcome.elapsed = last.map_or(stop.limit(), |t| t.duration_since(start));
     Ok(outcome)
 }

@@ -111,7 +111,10 @@ async fn mysql_settings(pool: &sqlx::MySqlPool) -> Result<Vec<(String, String)>>
         let row = sqlx::query(&format!("SELECT CAST(@@{name} AS CHAR)")).fetch_one(pool).await?;
         // utf8mb4_bin strings arrive as VARBINARY.
         let value: Option<Vec<u8>> = row.try_get(0)?;
-        out.push((name.to_owned(), String::from_utf8_lossy(&value.unwrap_or_default()).into_owned()));
+        out.push((
+            name.to_owned(),
+            String::from_utf8_lossy(&value.unwrap_or_default()).into_owned(),
+        ));
     }
     Ok(out)
 }
@@ -159,9 +162,10 @@ pub fn filesystem_of(path: &std::path::Path) -> String {
 pub async fn write_transactions(bed: &Bed) -> Result<Option<u64>> {
     match &bed.raw {
         RawPool::Postgres(pool) => {
-            let next: String = sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
-                .fetch_one(pool)
-                .await?;
+            let next: String =
+                sqlx::query_scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+                    .fetch_one(pool)
+                    .await?;
             Ok(Some(next.parse()?))
         }
         RawPool::MySql(pool) => {

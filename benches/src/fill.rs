@@ -46,8 +46,12 @@ pub async fn finished(bed: &Bed, n: u64) -> Result<()> {
 pub async fn refresh_statistics(bed: &Bed) -> Result<()> {
     let table = bed.tasks_table();
     match &bed.raw {
-        RawPool::Postgres(pool) => drop(sqlx::query(&format!("ANALYZE {table}")).execute(pool).await?),
-        RawPool::MySql(pool) => drop(sqlx::query(&format!("ANALYZE TABLE {table}")).execute(pool).await?),
+        RawPool::Postgres(pool) => {
+            sqlx::query(&format!("ANALYZE {table}")).execute(pool).await?;
+        }
+        RawPool::MySql(pool) => {
+            sqlx::query(&format!("ANALYZE TABLE {table}")).execute(pool).await?;
+        }
         RawPool::Sqlite(pool) => {
             sqlx::query("PRAGMA analysis_limit = 400").execute(pool).await?;
             sqlx::query("ANALYZE").execute(pool).await?;
@@ -122,9 +126,15 @@ async fn replicate(bed: &Bed, template: &str, n: u64, copy: &Copy) -> Result<()>
     let columns = columns(bed, dialect).await?;
     let sql = replicate_sql(bed, dialect, &columns, template, n, copy);
     match &bed.raw {
-        RawPool::Sqlite(pool) => drop(sqlx::query(&sql).execute(pool).await?),
-        RawPool::Postgres(pool) => drop(sqlx::query(&sql).execute(pool).await?),
-        RawPool::MySql(pool) => drop(sqlx::query(&sql).execute(pool).await?),
+        RawPool::Sqlite(pool) => {
+            sqlx::query(&sql).execute(pool).await?;
+        }
+        RawPool::Postgres(pool) => {
+            sqlx::query(&sql).execute(pool).await?;
+        }
+        RawPool::MySql(pool) => {
+            sqlx::query(&sql).execute(pool).await?;
+        }
         RawPool::None => return Err("no SQL pool".into()),
     }
     Ok(())
@@ -183,10 +193,8 @@ fn replicate_sql(
 ) -> String {
     let (from, num) = numbers(n);
     let id_literal = taskgate::id::new_ulid()[..14].to_owned();
-    let select: Vec<String> = columns
-        .iter()
-        .map(|c| column_value(dialect, c, &id_literal, &num, copy))
-        .collect();
+    let select: Vec<String> =
+        columns.iter().map(|c| column_value(dialect, c, &id_literal, &num, copy)).collect();
     let table = bed.tasks_table();
     let quoted: Vec<String> = columns.iter().map(|c| quote(dialect, c)).collect();
     format!(
@@ -204,7 +212,13 @@ fn quote(dialect: Dialect, column: &str) -> String {
     }
 }
 
-fn column_value(dialect: Dialect, column: &str, id_literal: &str, num: &str, copy: &Copy) -> String {
+fn column_value(
+    dialect: Dialect,
+    column: &str,
+    id_literal: &str,
+    num: &str,
+    copy: &Copy,
+) -> String {
     let done = copy.finished_at;
     match (column, done) {
         ("id", _) => dialect.id_expr(id_literal, num),

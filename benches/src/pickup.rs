@@ -47,7 +47,11 @@ pub async fn pickups(
     Ok(out)
 }
 
-async fn claim_loop(broker: Arc<dyn Broker>, samples: usize, tx: mpsc::Sender<Instant>) -> Result<()> {
+async fn claim_loop(
+    broker: Arc<dyn Broker>,
+    samples: usize,
+    tx: mpsc::Sender<Instant>,
+) -> Result<()> {
     for _ in 0..samples {
         let task = broker.dequeue(&[QUEUE]).await?;
         let at = Instant::now();

@@ -107,8 +107,10 @@ pub async fn pipeline(
         tokio::spawn(async move { enqueue(&broker, &queue, scenario, u64::MAX, limit).await })
     };
     let b = broker.clone();
-    let done = drive::run(spec, &[u64::MAX / 2], Stop::Deadline(limit), |_| Ok(BrokerWorker::new(b.clone())))
-        .await?;
+    let done = drive::run(spec, &[u64::MAX / 2], Stop::Deadline(limit), |_| {
+        Ok(BrokerWorker::new(b.clone()))
+    })
+    .await?;
     feeder.await??;
     Ok(Outcome { elapsed: limit, ..done })
 }

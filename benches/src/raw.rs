@@ -48,8 +48,10 @@ pub async fn raw_run(bed: &Bed, spec: Spec, per_lane: &[u64], stop: Stop) -> Res
         }
         RawPool::Sqlite(pool) => {
             let pool = pool.clone();
-            drive::run(spec, per_lane, stop, |_| Ok(SqliteRaw { pool: pool.clone(), table: table.clone() }))
-                .await
+            drive::run(spec, per_lane, stop, |_| {
+                Ok(SqliteRaw { pool: pool.clone(), table: table.clone() })
+            })
+            .await
         }
         RawPool::None => Err("the memory backend has no raw-SQL ceiling".into()),
     }
@@ -149,14 +151,16 @@ impl Worker for MySqlRaw {
         .bind(limit(max))
         .fetch_all(&mut *tx)
         .await?;
-        let ids = raw.into_iter().map(String::from_utf8).collect::<std::result::Result<Vec<_>, _>>()?;
+        let ids =
+            raw.into_iter().map(String::from_utf8).collect::<std::result::Result<Vec<_>, _>>()?;
         if !ids.is_empty() {
             let sql = format!(
                 "UPDATE {t} SET status = 'running', lease_token = ?, lease_until = ?, \
                  started_at = ? WHERE id IN ({})",
                 marks(ids.len())
             );
-            let mut q = sqlx::query(&sql).bind(taskgate::id::new_ulid()).bind(now + LEASE_MS).bind(now);
+            let mut q =
+                sqlx::query(&sql).bind(taskgate::id::new_ulid()).bind(now + LEASE_MS).bind(now);
             for id in &ids {
                 q = q.bind(id);
             }

@@ -23,11 +23,38 @@ pub fn percentiles(samples: &[Duration]) -> Percentiles {
         if sorted.is_empty() {
             return Duration::ZERO;
         }
-        let rank = (q * sorted.len() as f64).ceil();
-        let index = usize::try_from(rank as u64).unwrap_or(usize::MAX).clamp(1, sorted.len()) - 1;
+        let rank = whole((q * sorted.len() as f64).ceil());
+        let index = usize::try_from(rank).unwrap_or(usize::MAX).clamp(1, sorted.len()) - 1;
         sorted[index]
     };
     Percentiles { n: sorted.len(), p50: at(0.50), p99: at(0.99), max: at(1.0) }
+}
+
+/// `v` as a whole number, clamped to `0..=u64::MAX` (NaN is 0).
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "float-to-int `as` saturates and the value is clamped first: the intended rounding"
+)]
+pub fn whole(v: f64) -> u64 {
+    if v.is_nan() {
+        0
+    } else {
+        v.clamp(0.0, u64::MAX as f64) as u64
+    }
+}
+
+/// `v` as a whole number of any sign, clamped to the `i32` range (NaN is 0).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "float-to-int `as` saturates and the value is clamped first: the intended rounding"
+)]
+pub fn whole_i32(v: f64) -> i32 {
+    if v.is_nan() {
+        0
+    } else {
+        v.clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32
+    }
 }
 
 /// Milliseconds with two decimals.
@@ -37,8 +64,7 @@ pub fn ms(d: Duration) -> String {
 
 /// A rate in jobs/s, grouped by thousands (`12,345`).
 pub fn rate(jobs_per_sec: f64) -> String {
-    let whole = jobs_per_sec.max(0.0).round() as u64;
-    let digits = whole.to_string();
+    let digits = whole(jobs_per_sec.round()).to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i) % 3 == 0 {

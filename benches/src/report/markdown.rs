@@ -44,10 +44,15 @@ fn header(out: &mut String, r: &Report) {
     let _ = writeln!(out, "| CPU | {} × {} |", m.cores, m.cpu);
     let _ = writeln!(out, "| RAM | {:.1} GiB |", m.ram_gib);
     let _ = writeln!(out, "| Kernel (`uname -r`) | {} |", m.kernel);
-    let _ = writeln!(out, "| Load average (1 min) at start / end | {:.2} / {:.2} |\n", r.load.0, r.load.1);
+    let _ = writeln!(
+        out,
+        "| Load average (1 min) at start / end | {:.2} / {:.2} |\n",
+        r.load.0, r.load.1
+    );
     let _ = writeln!(out, "## Databases (settings read from the servers)\n");
     for db in &r.databases {
-        let settings: Vec<String> = db.settings.iter().map(|(k, v)| format!("`{k}` = {v}")).collect();
+        let settings: Vec<String> =
+            db.settings.iter().map(|(k, v)| format!("`{k}` = {v}")).collect();
         let _ = writeln!(out, "- **{}**: {}", db.backend, settings.join(", "));
     }
     for s in &r.skipped {
@@ -60,7 +65,14 @@ fn targets(out: &mut String, r: &Report) {
     let _ = writeln!(out, "## Targets\n");
     let _ = writeln!(out, "| Scenario | Target | Measured | Standing |\n|---|---|---|---|");
     for t in evaluate(r) {
-        let _ = writeln!(out, "| {} | {} | {} | {} |", t.scenario, t.goal, t.measured, t.standing.word());
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            t.scenario,
+            t.goal,
+            t.measured,
+            t.standing.word()
+        );
     }
     let _ = writeln!(out);
 }
@@ -84,7 +96,8 @@ fn one_line(e: &str) -> String {
 }
 
 fn claims(out: &mut String, r: &Report) {
-    let _ = writeln!(out, "## Claim contention (claim+ack of no-op tasks from a pre-filled backlog)\n");
+    let _ =
+        writeln!(out, "## Claim contention (claim+ack of no-op tasks from a pre-filled backlog)\n");
     let _ = writeln!(
         out,
         "| Backend | Queues | Claimers | Batch | Broker jobs/s | Raw jobs/s | Broker/raw | Commits/job broker | Commits/job raw | Retries |\n\
@@ -108,7 +121,8 @@ fn claims(out: &mut String, r: &Report) {
         .map(|(b, q, batch, k)| format!("{b} q{q} b{batch} {:.0} %", k * 100.0))
         .collect();
     if !worst.is_empty() {
-        let _ = writeln!(out, "64-claimer rate ÷ 4-claimer rate, lowest five: {}.\n", worst.join(", "));
+        let _ =
+            writeln!(out, "64-claimer rate ÷ 4-claimer rate, lowest five: {}.\n", worst.join(", "));
     }
 }
 
@@ -150,7 +164,15 @@ fn pickups(out: &mut String, r: &Report) {
         let on = if p.cross_handle { "second handle (as another process)" } else { "same handle" };
         match &p.latency {
             Ok(l) => {
-                let _ = writeln!(out, "| {} | {on} | {} | {} | {} | {} |", p.backend, l.n, ms(l.p50), ms(l.p99), ms(l.max));
+                let _ = writeln!(
+                    out,
+                    "| {} | {on} | {} | {} | {} | {} |",
+                    p.backend,
+                    l.n,
+                    ms(l.p50),
+                    ms(l.p99),
+                    ms(l.max)
+                );
             }
             Err(e) => {
                 let _ = writeln!(out, "| {} | {on} | failed: {} | | | |", p.backend, one_line(e));
@@ -176,7 +198,11 @@ fn pipelines(out: &mut String, r: &Report) {
     );
     for p in &r.pipelines {
         let v = p.rate.as_ref().map_or_else(|x| format!("failed: {}", one_line(x)), |v| rate(*v));
-        let _ = writeln!(out, "| {} | {} | {} | {} | {v} |", p.backend, p.producers, p.claimers, p.batch);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {v} |",
+            p.backend, p.producers, p.claimers, p.batch
+        );
     }
     let _ = writeln!(out);
 }
@@ -192,7 +218,9 @@ fn degradations(out: &mut String, r: &Report) {
          |---|---|---:|---:|---:|---:|---:|"
     );
     for d in &r.degradations {
-        let show = |v: &Result<f64, String>| v.as_ref().map_or_else(|x| format!("failed: {}", one_line(x)), |v| rate(*v));
+        let show = |v: &Result<f64, String>| {
+            v.as_ref().map_or_else(|x| format!("failed: {}", one_line(x)), |v| rate(*v))
+        };
         let ratio = d.ratio().map_or("—".to_owned(), |q| format!("{:.0} %", q * 100.0));
         let _ = writeln!(
             out,

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use crate::backend::Backend;
 use crate::report::{ClaimCell, Report};
-use crate::stats::rate;
+use crate::stats::{rate, whole_i32};
 
 const PANEL_W: f64 = 420.0;
 const PANEL_H: f64 = 300.0;
@@ -30,7 +30,8 @@ fn decades(r: &Report) -> (i32, i32) {
     if rates.is_empty() {
         return (2, 6);
     }
-    (lo.log10().floor() as i32, (hi.log10().ceil() as i32).max(lo.log10().floor() as i32 + 1))
+    let (lo, hi) = (whole_i32(lo.log10().floor()), whole_i32(hi.log10().ceil()));
+    (lo, hi.max(lo + 1))
 }
 
 /// Renders the chart for the one-queue cells of `r`.
@@ -105,7 +106,11 @@ fn panel(out: &mut String, r: &Report, backend: Backend, origin: (f64, f64), ran
     }
     for (i, c) in CLAIMERS.iter().enumerate() {
         let (x, _) = px(origin, range, i, 1.0);
-        let _ = writeln!(out, r#"<text x="{x}" y="{}" text-anchor="middle">{c}</text>"#, y0 + PLOT_H + 16.0);
+        let _ = writeln!(
+            out,
+            r#"<text x="{x}" y="{}" text-anchor="middle">{c}</text>"#,
+            y0 + PLOT_H + 16.0
+        );
     }
     let _ = writeln!(
         out,
@@ -132,7 +137,10 @@ fn panel(out: &mut String, r: &Report, backend: Backend, origin: (f64, f64), ran
 
 fn find(r: &Report, backend: Backend, claimers: usize, batch: usize) -> Option<&ClaimCell> {
     r.claims.iter().find(|c| {
-        c.backend == backend && c.spec.queues == 1 && c.spec.claimers == claimers && c.spec.batch == batch
+        c.backend == backend
+            && c.spec.queues == 1
+            && c.spec.claimers == claimers
+            && c.spec.batch == batch
     })
 }
 

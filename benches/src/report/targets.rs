@@ -48,9 +48,18 @@ pub struct Target {
     pub standing: Standing,
 }
 
-fn cell(r: &Report, backend: Backend, queues: usize, claimers: usize, batch: usize) -> Option<&ClaimCell> {
+fn cell(
+    r: &Report,
+    backend: Backend,
+    queues: usize,
+    claimers: usize,
+    batch: usize,
+) -> Option<&ClaimCell> {
     r.claims.iter().find(|c| {
-        c.backend == backend && c.spec.queues == queues && c.spec.claimers == claimers && c.spec.batch == batch
+        c.backend == backend
+            && c.spec.queues == queues
+            && c.spec.claimers == claimers
+            && c.spec.batch == batch
     })
 }
 
@@ -67,7 +76,9 @@ fn ratio_target(r: &Report, batch: usize, claimers: usize, goal: f64) -> Target 
     let c = cell(r, Backend::Postgres, 1, claimers, batch);
     let measured = match c {
         Some(c) => match (c.broker_rate(), c.raw_rate(), c.ratio()) {
-            (Some(b), Some(w), Some(q)) => format!("{} / {} jobs/s = {:.0} %", rate(b), rate(w), q * 100.0),
+            (Some(b), Some(w), Some(q)) => {
+                format!("{} / {} jobs/s = {:.0} %", rate(b), rate(w), q * 100.0)
+            }
             _ => "run failed".to_owned(),
         },
         None => "not run".to_owned(),
@@ -85,7 +96,9 @@ fn absolute_target(r: &Report, backend: Backend, batch: usize, goal: f64, label:
     Target {
         scenario: format!("{label} claim+ack, batch {batch}"),
         goal: format!("≥ {} jobs/s", rate(goal)),
-        measured: found.map_or("not run".to_owned(), |(v, c)| format!("{} jobs/s (best, {c} claimers)", rate(v))),
+        measured: found.map_or("not run".to_owned(), |(v, c)| {
+            format!("{} jobs/s (best, {c} claimers)", rate(v))
+        }),
         standing: Standing::of(found.map(|(v, _)| v >= goal)),
     }
 }
@@ -136,7 +149,9 @@ fn pickup_target(r: &Report) -> Target {
     Target {
         scenario: "PostgreSQL idle pickup (NOTIFY, second handle)".to_owned(),
         goal: "p50 ≤ 5 ms, p99 ≤ 20 ms".to_owned(),
-        measured: found.map_or("not run".to_owned(), |p| format!("p50 {} ms, p99 {} ms", ms(p.p50), ms(p.p99))),
+        measured: found.map_or("not run".to_owned(), |p| {
+            format!("p50 {} ms, p99 {} ms", ms(p.p50), ms(p.p99))
+        }),
         standing: Standing::of(found.map(|p| p.p50.as_millis() <= 5 && p.p99.as_millis() <= 20)),
     }
 }
@@ -149,7 +164,13 @@ fn pipeline_target(r: &Report) -> Target {
         goal: "≥ 15,000 jobs/s".to_owned(),
         measured: match (found, value) {
             (Some(p), Some(v)) => {
-                format!("{} jobs/s ({} producers, {} claimers, batch {})", rate(v), p.producers, p.claimers, p.batch)
+                format!(
+                    "{} jobs/s ({} producers, {} claimers, batch {})",
+                    rate(v),
+                    p.producers,
+                    p.claimers,
+                    p.batch
+                )
             }
             _ => "not run".to_owned(),
         },
@@ -161,10 +182,17 @@ fn degrade_targets(r: &Report) -> Vec<Target> {
     r.degradations
         .iter()
         .map(|d| Target {
-            scenario: format!("{} with {} finished rows retained ({})", d.backend, rate(d.retained as f64), d.spec.label()),
+            scenario: format!(
+                "{} with {} finished rows retained ({})",
+                d.backend,
+                rate(d.retained as f64),
+                d.spec.label()
+            ),
             goal: "≥ 60 % of the fresh-table rate".to_owned(),
             measured: match (&d.fresh, &d.loaded, d.ratio()) {
-                (Ok(f), Ok(l), Some(q)) => format!("{} vs {} jobs/s = {:.0} %", rate(*l), rate(*f), q * 100.0),
+                (Ok(f), Ok(l), Some(q)) => {
+                    format!("{} vs {} jobs/s = {:.0} %", rate(*l), rate(*f), q * 100.0)
+                }
                 _ => "run failed".to_owned(),
             },
             standing: Standing::of(d.ratio().map(|q| q >= 0.6)),
@@ -174,7 +202,8 @@ fn degrade_targets(r: &Report) -> Vec<Target> {
 
 /// Every target, in the order.
 pub fn evaluate(r: &Report) -> Vec<Target> {
-    let mut out = vec![ratio_target(r, 1, 16, 0.60), ratio_target(r, 100, 16, 0.55), pipeline_target(r)];
+    let mut out =
+        vec![ratio_target(r, 1, 16, 0.60), ratio_target(r, 100, 16, 0.55), pipeline_target(r)];
     for (batch, goal) in [(1, 3_000.0), (10, 30_000.0), (100, 100_000.0)] {
         out.push(absolute_target(r, Backend::Sqlite, batch, goal, "SQLite (synchronous=FULL)"));
     }

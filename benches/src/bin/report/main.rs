@@ -54,18 +54,27 @@ fn default_out() -> PathBuf {
 }
 
 fn parse_args() -> Result<Option<Args>> {
-    let mut args = Args { plan: Plan::full(), backends: None, out: default_out(), docs: true, wait_quiet: false };
+    let mut args = Args {
+        plan: Plan::full(),
+        backends: None,
+        out: default_out(),
+        docs: true,
+        wait_quiet: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
             "-h" | "--help" => return Ok(None),
-            "--cell-secs" => args.plan.cell = Duration::from_secs_f64(value("--cell-secs")?.parse()?),
+            "--cell-secs" => {
+                args.plan.cell = Duration::from_secs_f64(value("--cell-secs")?.parse()?)
+            }
             "--retained" => args.plan.retained = value("--retained")?.parse()?,
             "--out" => args.out = PathBuf::from(value("--out")?),
             "--backends" => {
                 let list = value("--backends")?;
-                let parsed: std::result::Result<Vec<Backend>, String> = list.split(',').map(str::parse).collect();
+                let parsed: std::result::Result<Vec<Backend>, String> =
+                    list.split(',').map(str::parse).collect();
                 args.backends = Some(parsed?);
             }
             "--no-docs" => args.docs = false,
@@ -120,7 +129,8 @@ async fn report(args: Args) -> Result<()> {
         cell_secs: args.plan.cell.as_secs_f64(),
         machine: benches::facts::Machine::read(),
         skipped: Backend::ALL.into_iter().filter_map(|b| env.skip_reason(b)).collect(),
-        notes: std::fs::read_to_string(workspace_root().join("benches/report-notes.md")).unwrap_or_default(),
+        notes: std::fs::read_to_string(workspace_root().join("benches/report-notes.md"))
+            .unwrap_or_default(),
         ..Report::default()
     };
     for backend in backends {

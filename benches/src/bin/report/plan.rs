@@ -75,11 +75,6 @@ impl Plan {
         let secs = (self.cell + self.warm_up).as_secs_f64();
         let wanted = (rate * secs * 1.6).min(4_000_000.0);
         let floor = u64::try_from(claimers * batch * 4).unwrap_or(u64::MAX);
-        float_to_u64(wanted).max(floor)
+        benches::stats::whole(wanted).max(floor)
     }
-}
-
-#[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "clamped to 0..=4e6 first")]
-fn float_to_u64(v: f64) -> u64 {
-    v.clamp(0.0, 4_000_000.0) as u64
 }

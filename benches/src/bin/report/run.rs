@@ -46,7 +46,9 @@ pub(crate) async fn backend(env: &Env, backend: Backend, plan: &Plan, report: &m
     eprintln!("report: {backend} (load {:.2})", benches::facts::load_average());
     match Bed::open(env, backend, 1).await {
         Ok(bed) => {
-            let settings = database_settings(&bed).await.unwrap_or_else(|e| vec![("error".into(), e.to_string())]);
+            let settings = database_settings(&bed)
+                .await
+                .unwrap_or_else(|e| vec![("error".into(), e.to_string())]);
             report.databases.push(Database { backend, settings });
             let _ = bed.close().await;
         }
@@ -69,7 +71,11 @@ async fn claims(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
                 let spec = Spec { queues, claimers, batch };
                 let with_raw = backend.is_sql() && plan.raw_layouts.contains(&queues);
                 let broker = measure(env, backend, plan, spec, false, &mut last).await;
-                let raw = if with_raw { Some(measure(env, backend, plan, spec, true, &mut last).await) } else { None };
+                let raw = if with_raw {
+                    Some(measure(env, backend, plan, spec, true, &mut last).await)
+                } else {
+                    None
+                };
                 report.claims.push(ClaimCell { backend, spec, broker, raw });
             }
         }
@@ -92,7 +98,12 @@ async fn measure(
     match &result {
         Ok(m) => {
             last.insert(key, m.rate);
-            eprintln!("  {backend} {what} {}: {} jobs/s{}", spec.label(), rate(m.rate), if m.exhausted { " (drained)" } else { "" });
+            eprintln!(
+                "  {backend} {what} {}: {} jobs/s{}",
+                spec.label(),
+                rate(m.rate),
+                if m.exhausted { " (drained)" } else { "" }
+            );
         }
         Err(e) => eprintln!("  {backend} {what} {}: failed: {e}", spec.label()),
     }
@@ -100,7 +111,14 @@ async fn measure(
 }
 
 /// One claim cell on fresh storage: fill, warm up, measure, count commits.
-async fn claim_cell(env: &Env, backend: Backend, plan: &Plan, spec: Spec, total: u64, raw: bool) -> Result<Measured> {
+async fn claim_cell(
+    env: &Env,
+    backend: Backend,
+    plan: &Plan,
+    spec: Spec,
+    total: u64,
+    raw: bool,
+) -> Result<Measured> {
     let bed = Bed::open(env, backend, sessions(spec.claimers)).await?;
     let measured = claim_on(&bed, plan, spec, total, raw).await;
     let closed = bed.close().await;
@@ -118,7 +136,8 @@ async fn pass(bed: &Bed, spec: Spec, per_lane: &[u64], stop: Stop, raw: bool) ->
 }
 
 async fn claim_on(bed: &Bed, plan: &Plan, spec: Spec, total: u64, raw: bool) -> Result<Measured> {
-    let warm = drive::split(spec, u64::try_from(spec.claimers * spec.batch * 2).unwrap_or(u64::MAX));
+    let warm =
+        drive::split(spec, u64::try_from(spec.claimers * spec.batch * 2).unwrap_or(u64::MAX));
     let per_lane = drive::split(spec, total);
     let filled: Vec<u64> = warm.iter().zip(&per_lane).map(|(a, b)| a + b).collect();
     drive::fill_lanes(bed, &filled).await?;
@@ -164,8 +183,15 @@ async fn pickups(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) 
         let samples = if polls { plan.pickup_samples.1 } else { plan.pickup_samples.0 };
         let result = async {
             let bed = Bed::open(env, backend, 2).await?;
-            let claimer = if cross_handle { bed.second_handle().await? } else { bed.broker.clone() };
-            let got = pickup::pickups(bed.broker.clone(), claimer.clone(), samples, Duration::from_millis(20)).await;
+            let claimer =
+                if cross_handle { bed.second_handle().await? } else { bed.broker.clone() };
+            let got = pickup::pickups(
+                bed.broker.clone(),
+                claimer.clone(),
+                samples,
+                Duration::from_millis(20),
+            )
+            .await;
             if cross_handle {
                 claimer.close().await?;
             }
@@ -194,7 +220,8 @@ async fn pipelines(env: &Env, backend: Backend, plan: &Plan, report: &mut Report
 }
 
 async fn degradations(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
-    let specs = [Spec { queues: 1, claimers: 16, batch: 1 }, Spec { queues: 1, claimers: 16, batch: 100 }];
+    let specs =
+        [Spec { queues: 1, claimers: 16, batch: 1 }, Spec { queues: 1, claimers: 16, batch: 100 }];
     let seeded = seeded_bed(env, backend, plan.retained).await;
     let (bed, seed_secs) = match seeded {
         Ok(pair) => pair,
@@ -207,17 +234,37 @@ async fn degradations(env: &Env, backend: Backend, plan: &Plan, report: &mut Rep
     };
     for spec in specs {
         let total = plan.backlog(Plan::guess(backend, spec.batch), spec.claimers, spec.batch);
-        let fresh = claim_cell(env, backend, plan, spec, total, false).await.map(|m| m.rate).map_err(|e| e.to_string());
-        let loaded = claim_on(&bed, plan, spec, total, false).await.map(|m| m.rate).map_err(|e| e.to_string());
+        let fresh = claim_cell(env, backend, plan, spec, total, false)
+            .await
+            .map(|m| m.rate)
+            .map_err(|e| e.to_string());
+        let loaded = claim_on(&bed, plan, spec, total, false)
+            .await
+            .map(|m| m.rate)
+            .map_err(|e| e.to_string());
         eprintln!("  {backend} degradation {}: fresh {fresh:?}, retained {loaded:?}", spec.label());
-        report.degradations.push(DegradeCell { backend, spec, retained: plan.retained, seed_secs, fresh, loaded });
+        report.degradations.push(DegradeCell {
+            backend,
+            spec,
+            retained: plan.retained,
+            seed_secs,
+            fresh,
+            loaded,
+        });
     }
     let _ = bed.close().await;
 }
 
 fn failed_degrade(backend: Backend, spec: Spec, plan: &Plan, why: &str) -> DegradeCell {
     let err = Err(why.to_owned());
-    DegradeCell { backend, spec, retained: plan.retained, seed_secs: 0.0, fresh: err.clone(), loaded: err }
+    DegradeCell {
+        backend,
+        spec,
+        retained: plan.retained,
+        seed_secs: 0.0,
+        fresh: err.clone(),
+        loaded: err,
+    }
 }
 
 /// A bed sized for 16 claimers holding `rows` finished rows, with fresh statistics.
