@@ -43,7 +43,10 @@ async fn main() -> Result<(), BoxError> {
             loop {
                 let t0 = Instant::now();
                 let claimed = broker.try_dequeue_many(&["bench"], batch).await?;
-                claim_us.fetch_add(u64::try_from(t0.elapsed().as_micros()).unwrap_or(0), Ordering::Relaxed);
+                claim_us.fetch_add(
+                    u64::try_from(t0.elapsed().as_micros()).unwrap_or(0),
+                    Ordering::Relaxed,
+                );
                 if claimed.is_empty() {
                     return Ok::<(), taskgate::Error>(());
                 }
@@ -59,7 +62,10 @@ async fn main() -> Result<(), BoxError> {
                 for outcome in broker.ack_many(&items).await? {
                     outcome?;
                 }
-                ack_us.fetch_add(u64::try_from(t1.elapsed().as_micros()).unwrap_or(0), Ordering::Relaxed);
+                ack_us.fetch_add(
+                    u64::try_from(t1.elapsed().as_micros()).unwrap_or(0),
+                    Ordering::Relaxed,
+                );
                 done.fetch_add(u64::try_from(items.len()).unwrap_or(0), Ordering::Relaxed);
             }
         }));

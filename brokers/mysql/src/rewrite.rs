@@ -274,7 +274,10 @@ mod tests {
         let part = "SELECT MIN(run_at) AS m FROM (SELECT run_at, queue FROM p_tasks FORCE INDEX \
                     (p_idx_ready) WHERE ready_queue = ? ORDER BY run_at LIMIT 1) r WHERE queue NOT IN \
                     (SELECT queue FROM p_paused_queues)";
-        assert_eq!(for_mysql(probe), format!("SELECT MIN(m), COALESCE(?, 1) FROM ({part} UNION ALL {part}) e"));
+        assert_eq!(
+            for_mysql(probe),
+            format!("SELECT MIN(m), COALESCE(?, 1) FROM ({part} UNION ALL {part}) e")
+        );
         assert_eq!(for_mysql(probe).matches('?').count(), 3);
     }
 

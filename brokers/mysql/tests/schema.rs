@@ -96,7 +96,9 @@ async fn schema_text(conn: &mut MySqlConnection, prefix: &str) -> Result<String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn applied_schema_matches_the_snapshot() -> Result<(), BoxError> {
-    let Some(storage) = common::storage("applied_schema_matches_the_snapshot").await else { return Ok(()) };
+    let Some(storage) = common::storage("applied_schema_matches_the_snapshot").await else {
+        return Ok(());
+    };
     let broker = common::handle(&storage, taskgate::BrokerOptions::default()).await?;
     let mut conn = common::connect(&storage).await?;
     let schema = schema_text(&mut conn, storage.prefix()).await?;
@@ -109,8 +111,9 @@ const FINISHED: usize = 4_000;
 
 async fn pile_up_finished(broker: &MySqlBroker) -> Result<(), BoxError> {
     for chunk in 0..FINISHED / 500 {
-        let tasks: Vec<Task> =
-            (0..500).map(|i| Task::new("job", "hot").with_id(format!("f{chunk:03}-{i:03}"))).collect();
+        let tasks: Vec<Task> = (0..500)
+            .map(|i| Task::new("job", "hot").with_id(format!("f{chunk:03}-{i:03}")))
+            .collect();
         broker.enqueue_many(&tasks).await?;
         let claimed = broker.dequeue_many(&["hot"], 500).await?;
         let items: Vec<AckItem> = claimed
@@ -124,7 +127,10 @@ async fn pile_up_finished(broker: &MySqlBroker) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn bind<'q>(sql: &'q str, args: &'q [Value]) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+fn bind<'q>(
+    sql: &'q str,
+    args: &'q [Value],
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
     let mut q = sqlx::query(sql);
     for a in args {
         q = match a {
@@ -139,14 +145,19 @@ fn bind<'q>(sql: &'q str, args: &'q [Value]) -> sqlx::query::Query<'q, sqlx::MyS
 
 /// The sum of the session's `Handler_read_*` counters (rows the storage engine handed over).
 async fn handler_reads(conn: &mut MySqlConnection) -> Result<u64, BoxError> {
-    let rows = sqlx::query("SHOW SESSION STATUS LIKE 'Handler\\_read\\_%'").fetch_all(&mut *conn).await?;
+    let rows =
+        sqlx::query("SHOW SESSION STATUS LIKE 'Handler\\_read\\_%'").fetch_all(&mut *conn).await?;
     Ok(rows.iter().map(|r| text(r, "Value").parse::<u64>().unwrap_or(0)).sum())
 }
 
 /// How many rows running `sql` makes the server read (inside a transaction rolled back
 /// afterwards, so claims and writes leave nothing behind). Counts what really happens, where
 /// `EXPLAIN`'s `rows` is only an estimate.
-async fn rows_touched(conn: &mut MySqlConnection, sql: &str, args: &[Value]) -> Result<u64, BoxError> {
+async fn rows_touched(
+    conn: &mut MySqlConnection,
+    sql: &str,
+    args: &[Value],
+) -> Result<u64, BoxError> {
     conn.execute("BEGIN").await?;
     let idle_before = handler_reads(conn).await?;
     let idle_after = handler_reads(conn).await?;
@@ -178,7 +189,8 @@ async fn hot_statements_seek_indexes_that_exclude_finished_rows() -> Result<(), 
     let broker = storage.options()?.record_statements().connect_lazy()?;
     broker.init(options).await?;
     pile_up_finished(&broker).await?;
-    let live: Vec<Task> = (0..20).map(|i| Task::new("job", "hot").with_id(format!("live{i:02}"))).collect();
+    let live: Vec<Task> =
+        (0..20).map(|i| Task::new("job", "hot").with_id(format!("live{i:02}"))).collect();
     broker.enqueue_many(&live).await?;
     broker.enqueue(&Task::new("job", "hot").with_id("child").with_depends_on(["live00"])).await?;
     let running = broker.dequeue(&["hot"]).await?;
@@ -194,7 +206,12 @@ async fn hot_statements_seek_indexes_that_exclude_finished_rows() -> Result<(), 
     let mut report = String::new();
     for hot in broker.hot_statements("hot", "live05", now) {
         if ["claim", "next_due", "ack_lock", "reap", "children", "repair"].contains(&hot.name) {
-            assert!(recorded.contains(&hot.sql), "{}: the broker never ran this text:\n{}", hot.name, hot.sql);
+            assert!(
+                recorded.contains(&hot.sql),
+                "{}: the broker never ran this text:\n{}",
+                hot.name,
+                hot.sql
+            );
         }
         let plan = bind(&format!("EXPLAIN {}", hot.sql), &hot.args).fetch_all(&mut conn).await?;
         let allowed = allowed(hot.name, p);
@@ -210,22 +227,38 @@ async fn hot_statements_seek_indexes_that_exclude_finished_rows() -> Result<(), 
         report.push('\n');
         for row in &plan {
             let (table, key, extra) = (text(row, "table"), text(row, "key"), text(row, "Extra"));
-            let ours = table.starts_with(p) && (table.ends_with("tasks") || table.ends_with("task_deps"));
+            let ours =
+                table.starts_with(p) && (table.ends_with("tasks") || table.ends_with("task_deps"));
             if !(ours || table == "d") {
                 continue;
             }
-            assert!(allowed.contains(&key), "{}: {table} uses {key:?}, expected one of {allowed:?}\n{shown}\n{}", hot.name, hot.sql);
+            assert!(
+                allowed.contains(&key),
+                "{}: {table} uses {key:?}, expected one of {allowed:?}\n{shown}\n{}",
+                hot.name,
+                hot.sql
+            );
             if hot.name == "claim" {
-                assert!(!extra.contains("filesort"), "claim sorts (and locks every ready row):\n{shown}");
+                assert!(
+                    !extra.contains("filesort"),
+                    "claim sorts (and locks every ready row):\n{shown}"
+                );
             }
         }
         assert!(!plan.is_empty(), "{}: no plan", hot.name);
         let touched = rows_touched(&mut conn, &hot.sql, &hot.args).await?;
         report.push_str(&format!("{:<10} touched {touched} index/table rows\n", hot.name));
-        assert!(touched < 300, "{}: read {touched} rows with {FINISHED} finished rows stored", hot.name);
+        assert!(
+            touched < 300,
+            "{}: read {touched} rows with {FINISHED} finished rows stored",
+            hot.name
+        );
     }
     eprintln!("{report}");
-    let columns: Vec<String> = bind("EXPLAIN SELECT 1", &[]).fetch_all(&mut conn).await?.first()
+    let columns: Vec<String> = bind("EXPLAIN SELECT 1", &[])
+        .fetch_all(&mut conn)
+        .await?
+        .first()
         .map(|r| r.columns().iter().map(|c| c.name().to_owned()).collect())
         .unwrap_or_default();
     assert!(columns.iter().any(|c| c == "key"), "EXPLAIN has a key column: {columns:?}");
