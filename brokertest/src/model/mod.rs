@@ -24,10 +24,11 @@
 //!   model name `g1`, `g2`, … and sorts before every preset ID, in creation order (generated
 //!   IDs are monotonic ULIDs, which start with a digit; presets start with a lowercase letter).
 //!   Lease tokens are named `<task>#<n>`. The test maps both to the backend's real values.
-//! * **Propagation order.** Children of one parent are visited in ID order (as the SQL
-//!   backends do); the reaper walks its candidates in ID order, step 0 before step 1, and
-//!   re-reads each task when it reaches it. This fixes which parent a cascade-cancelled child
-//!   names in `last_error` when two parents fail in one unit.
+//! * **Propagation order.** Children of one parent are visited in ID order (§5.3 states it
+//!   for SQL; every backend must agree, because it decides which parent a cascade-cancelled
+//!   child names in `last_error` when two of its parents are cancelled in one unit). The
+//!   reaper walks its candidates in ID order, step 0 before step 1, re-reading each task when
+//!   it reaches it; repair walks blocked tasks in ID order.
 //! * **`cancel_requested` after a terminal write.** Every terminal write clears it: ack,
 //!   fail→failed, finish_canceled, the reaper, and also cancel of a `retrying` task that
 //!   carries a request from an earlier run, and propagation/repair cancels.
@@ -40,8 +41,10 @@
 //!   details open). `ack_many` acks its items in order in one unit.
 //! * **Replay.** A request with both or neither of ID and key is `InvalidInput`. "Already
 //!   replayed" means "some stored execution has `replay_of` = this ID", so a pruned replay
-//!   lifts the mark (the SQL backends derive it that way). The business-key tail is the
-//!   execution nobody replays.
+//!   lifts the mark (the SQL backends derive it that way).
+//! * **The chain tail** named by `TaskExists` is the key's execution nobody replays — the
+//!   same tail replay-by-key uses — not "the latest by `(created_at, id)`": the two differ
+//!   when a preset ID and a generated replay share a millisecond.
 //! * **Prune with a limit** may leave the backend a choice; the test then accepts any choice
 //!   that takes whole units (a key-less task, or a keyed chain), stays within the limit and
 //!   leaves out no unit that would still have fitted, and the model adopts it.
@@ -62,8 +65,10 @@
 //! call's result (value or error kind, with the contractual details) and then everything
 //! observable: every task with every field, in list order; Counts; QueueLen of every queue;
 //! the paused queues. A divergence shrinks to a minimal sequence printed one step per line,
-//! with the seed to rerun it (`TASKGATE_MODEL_SEED`). The case count comes from
-//! `TASKGATE_MODEL_CASES` when set.
+//! with the seed to rerun it (`TASKGATE_MODEL_SEED`); [`check_sequence`] replays one fixed
+//! sequence, so a shrunk failure becomes a regression test. The case count comes from
+//! `TASKGATE_MODEL_CASES` when set; `TASKGATE_MODEL_STATS=1` prints how often each kind of
+//! step ended how.
 //!
 //! # The history checker
 //!
