@@ -10,6 +10,10 @@
 -- and ORDER BY id is byte order, as on SQLite and PostgreSQL). MySQL has no partial indexes,
 -- so the two identity invariants (§8.5) are UNIQUE keys on STORED generated columns that are
 -- NULL for every row the invariant does not constrain (NULLs never collide).
+--
+-- `last_error` and `depends_on` are MEDIUMTEXT, not TEXT (64 KiB): a handler's error text has
+-- no length limit, and a `depends_on` list of 1,000 parents of 255 four-byte characters
+-- (extensions §E7) is about 1 MiB of JSON. Strict mode would reject either in a TEXT column.
 CREATE TABLE IF NOT EXISTS {prefix}tasks (
     id               VARCHAR(255) NOT NULL,
     type             VARCHAR(255) NOT NULL,
@@ -17,13 +21,13 @@ CREATE TABLE IF NOT EXISTS {prefix}tasks (
     payload          LONGBLOB     NULL,
     status           VARCHAR(32)  NOT NULL,
     result           LONGBLOB     NULL,
-    last_error       TEXT         NULL,
+    last_error       MEDIUMTEXT   NULL,
     attempts         BIGINT       NOT NULL DEFAULT 0,
     max_retry        BIGINT       NOT NULL DEFAULT 0,
     lease_lost       BIGINT       NOT NULL DEFAULT 0,
     throttled        BIGINT       NOT NULL DEFAULT 0,
     run_at           BIGINT       NOT NULL,
-    depends_on       TEXT         NULL,
+    depends_on       MEDIUMTEXT   NULL,
     on_parent_fail   VARCHAR(32)  NOT NULL DEFAULT 'fail_fast',
     pending_parents  BIGINT       NOT NULL DEFAULT 0,
     lease_token      VARCHAR(64)  NOT NULL DEFAULT '',

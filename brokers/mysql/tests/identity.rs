@@ -92,3 +92,31 @@ async fn names_of_256_characters_fail_before_any_io() -> Result<(), BoxError> {
     broker.close().await?;
     storage.drop_tables().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_allowed_lists_and_error_texts_fit() -> Result<(), BoxError> {
+    let Some(storage) = common::storage("the_largest_allowed_lists_and_error_texts_fit").await else {
+        return Ok(());
+    };
+    let (options, _clock) = common::manual_options();
+    let broker = common::handle(&storage, options).await?;
+    // 1,000 parents (the limit) with 255-character multi-byte IDs: ~770 KiB of depends_on JSON.
+    let parents: Vec<Task> = (0..1_000)
+        .map(|i| Task::new("p", "parents").with_id(format!("{i:04}{}", "字".repeat(251))))
+        .collect();
+    for chunk in parents.chunks(250) {
+        broker.enqueue_many(chunk).await?;
+    }
+    let ids: Vec<String> = parents.iter().map(|t| t.id.clone()).collect();
+    let child = broker.enqueue(&Task::new("c", "children").with_id("child").with_depends_on(ids.clone())).await?;
+    assert_eq!(child.status, taskgate::Status::Blocked);
+    assert_eq!(broker.get("child").await?.depends_on, ids);
+    // A 200 KB error text is stored whole.
+    broker.enqueue(&Task::new("t", "errs").with_id("noisy")).await?;
+    let claimed = broker.dequeue(&["errs"]).await?;
+    let text = "stack frame\n".repeat(20_000);
+    broker.fail("noisy", &claimed.lease_token, taskgate::Failure::skip(text.clone())).await?;
+    assert_eq!(broker.get("noisy").await?.last_error, text);
+    broker.close().await?;
+    storage.drop_tables().await
+}
