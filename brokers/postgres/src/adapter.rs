@@ -70,11 +70,27 @@ impl PgAdapter {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.pool.begin().await {
+            match begin_detached(&self.pool).await {
                 Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {}
                 other => return other,
             }
         }
+    }
+}
+
+/// `pool.begin()` on a task of its own, so it always runs to completion.
+///
+/// sqlx 0.8.6 sends `BEGIN` and only counts the transaction once the server answered; a
+/// `begin` future dropped in between leaves the pooled connection inside a transaction that
+/// nothing rolls back (its rollback guard sees depth 0). The next user of the connection then
+/// runs in that stale transaction ("there is already a transaction in progress"), and a read
+/// there would hold its table locks until some later commit. Detached, the begin finishes; if
+/// nobody takes the transaction, dropping it rolls back properly.
+async fn begin_detached(pool: &PgPool) -> DbResult<Transaction<'static, Postgres>> {
+    let pool = pool.clone();
+    match tokio::spawn(async move { pool.begin().await }).await {
+        Ok(result) => result,
+        Err(join) => Err(DbError::Protocol(format!("begin task ended: {join}"))),
     }
 }
 

@@ -36,6 +36,12 @@ pub const TEST_POOL_SIZE: u32 = 4;
 /// Poll interval of a test handle.
 pub const TEST_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
+/// `deadlock_timeout` of test sessions. PostgreSQL reports a deadlock only after this wait
+/// (default 1 s), so every deadlock the retry loop absorbs costs that long; concurrent test
+/// cases (the history checker allows 5 s per call) would time out on latency, not on a wrong
+/// result. Only a superuser may set it; other users keep the server's value.
+pub const TEST_DEADLOCK_TIMEOUT: &str = "100ms";
+
 /// The tables of one prefix, children first.
 pub const TABLES: [&str; 5] = ["task_deps", "paused_queues", "quota", "tasks", "schema_migrations"];
 
@@ -110,8 +116,10 @@ impl PgFactory {
     pub async fn pg_storage(&self) -> Result<PgStorage, BoxError> {
         let url = self.url().await?;
         sweep_once(&url).await;
+        let fast_deadlocks = may_set_deadlock_timeout(&url).await;
         Ok(PgStorage {
             url,
+            fast_deadlocks,
             prefix: test_prefix(),
             pool_size: self.pool_size,
             poll_interval: self.poll_interval,
@@ -135,6 +143,7 @@ impl Factory for PgFactory {
 #[derive(Debug)]
 pub struct PgStorage {
     url: String,
+    fast_deadlocks: bool,
     prefix: String,
     pool_size: u32,
     poll_interval: Duration,
@@ -152,12 +161,19 @@ impl PgStorage {
         &self.url
     }
 
-    /// The options every handle of this storage is built with.
+    /// The options every handle of this storage is built with: a small pool, and (when the
+    /// test user may set it) [`TEST_DEADLOCK_TIMEOUT`].
     pub fn options(&self) -> taskgate::Result<PgOptions> {
-        Ok(PgOptions::from_url(&self.url)?
+        let options = PgOptions::from_url(&self.url)?
             .prefix(self.prefix.clone())
             .pool_size(self.pool_size)
-            .poll_interval(self.poll_interval))
+            .poll_interval(self.poll_interval);
+        Ok(match self.fast_deadlocks {
+            true => {
+                options.tune_connect(|c| c.options([("deadlock_timeout", TEST_DEADLOCK_TIMEOUT)]))
+            }
+            false => options,
+        })
     }
 
     /// A new, uninitialised handle on this storage.
@@ -178,8 +194,8 @@ impl Storage for PgStorage {
     }
 
     async fn handle_with_prefix(&self, prefix: &str) -> Option<taskgate::Result<Arc<dyn Broker>>> {
-        let options = match PgOptions::from_url(&self.url) {
-            Ok(o) => o.prefix(prefix).pool_size(self.pool_size).poll_interval(self.poll_interval),
+        let options = match self.options() {
+            Ok(o) => o.prefix(prefix),
             Err(e) => return Some(Err(e)),
         };
         let made = options.connect().await;
@@ -259,6 +275,26 @@ pub fn stale_prefixes<'a>(
     out.sort_unstable();
     out.dedup();
     out
+}
+
+static SUPERUSER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// True when the test user may set `deadlock_timeout` (a superuser); asked once per process.
+async fn may_set_deadlock_timeout(url: &str) -> bool {
+    if let Some(known) = SUPERUSER.get() {
+        return *known;
+    }
+    let asked: Result<bool, BoxError> = async {
+        let mut conn = PgConnection::connect(url).await?;
+        let yes: bool =
+            sqlx::query_scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+                .fetch_one(&mut conn)
+                .await?;
+        conn.close().await?;
+        Ok(yes)
+    }
+    .await;
+    *SUPERUSER.get_or_init(|| asked.unwrap_or(false))
 }
 
 static SWEPT: AtomicBool = AtomicBool::new(false);
