@@ -151,21 +151,7 @@ impl Core {
 
     /// Renders a template built at run time (dynamic `IN (…)` lists); not cached.
     pub(crate) fn render(&self, template: &str) -> String {
-        let p = &self.prefix;
-        let sql = template
-            .replace("{cols}", crate::row::TASK_COLUMNS)
-            .replace("{tasks}", &format!("{p}tasks"))
-            .replace("{deps}", &format!("{p}task_deps"))
-            .replace("{quota}", &format!("{p}quota"))
-            .replace("{paused}", &format!("{p}paused_queues"))
-            .replace("{lock}", self.dialect.lock_clause())
-            .replace("{skip_locked}", self.dialect.skip_locked_clause())
-            .replace("{now}", self.dialect.now_ms_sql())
-            .replace("{limit_all}", self.dialect.limit_all());
-        match self.dialect.placeholder() {
-            Placeholder::Question => sql,
-            Placeholder::Dollar => rewrite_placeholders(&sql),
-        }
+        render(template, &self.prefix, &*self.dialect)
     }
 
     /// The override argument of `COALESCE(?, {now})`: the injected clock's time, the local
@@ -188,12 +174,7 @@ impl Core {
 
     /// True when a failed attempt `attempt` (1-based) should run again; counts the retry.
     pub(crate) fn should_retry(&self, e: &DbError, attempt: u32) -> bool {
-        let limit = match self.dialect.retry_class(e) {
-            RetryClass::Immediate => MAX_TX_ATTEMPTS,
-            RetryClass::Limited => LIMITED_TX_ATTEMPTS,
-            RetryClass::Never => return false,
-        };
-        let again = attempt < limit;
+        let again = retry_allowed(self.dialect.retry_class(e), attempt);
         if again {
             self.retries.fetch_add(1, Ordering::Relaxed);
         }
@@ -215,6 +196,35 @@ impl Core {
 
     #[cfg(not(feature = "test-hooks"))]
     pub(crate) fn run_before_commit_hook(&self, _op: &str) {}
+}
+
+/// Renders a statement template for `prefix` and `dialect` (see [`Core::sql`]).
+pub(crate) fn render(template: &str, prefix: &str, dialect: &dyn Dialect) -> String {
+    let p = prefix;
+    let sql = template
+        .replace("{cols}", crate::row::TASK_COLUMNS)
+        .replace("{tasks}", &format!("{p}tasks"))
+        .replace("{deps}", &format!("{p}task_deps"))
+        .replace("{quota}", &format!("{p}quota"))
+        .replace("{paused}", &format!("{p}paused_queues"))
+        .replace("{lock}", dialect.lock_clause())
+        .replace("{skip_locked}", dialect.skip_locked_clause())
+        .replace("{now}", dialect.now_ms_sql())
+        .replace("{limit_all}", dialect.limit_all());
+    match dialect.placeholder() {
+        Placeholder::Question => sql,
+        Placeholder::Dollar => rewrite_placeholders(&sql),
+    }
+}
+
+/// True when a transaction that failed with `class` on attempt `attempt` (1-based) may run
+/// again (contract §11.2: 5 attempts for deadlocks, 2 for lock-wait timeouts, else none).
+pub(crate) fn retry_allowed(class: RetryClass, attempt: u32) -> bool {
+    match class {
+        RetryClass::Immediate => attempt < MAX_TX_ATTEMPTS,
+        RetryClass::Limited => attempt < LIMITED_TX_ATTEMPTS,
+        RetryClass::Never => false,
+    }
 }
 
 /// Real-time back-off before attempt `attempt + 1`: 5 ms << (attempt − 1) (extensions §E1:
@@ -374,6 +384,90 @@ pub(crate) use in_tx;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::{ClaimShape, DdlLock, QuotaShape, UniqueTarget};
+
+    /// A PostgreSQL-like dialect for rendering tests.
+    #[derive(Debug)]
+    struct DollarDialect;
+
+    impl Dialect for DollarDialect {
+        fn name(&self) -> &'static str {
+            "test"
+        }
+        fn placeholder(&self) -> Placeholder {
+            Placeholder::Dollar
+        }
+        fn time_source(&self) -> TimeSource {
+            TimeSource::Server
+        }
+        fn now_ms_sql(&self) -> &'static str {
+            "NOW_MS()"
+        }
+        fn lock_clause(&self) -> &'static str {
+            " FOR UPDATE"
+        }
+        fn skip_locked_clause(&self) -> &'static str {
+            " FOR UPDATE SKIP LOCKED"
+        }
+        fn claim_shape(&self) -> ClaimShape {
+            ClaimShape::SelectThenUpdate
+        }
+        fn limit_all(&self) -> &'static str {
+            "9223372036854775807"
+        }
+        fn insert_ignore(&self, table: &str, columns: &str, values: &str, key: &str) -> String {
+            format!(
+                "INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({key}) DO NOTHING"
+            )
+        }
+        fn quota_shape(&self, _table: &str) -> QuotaShape {
+            QuotaShape::UpsertReturning { sql: String::new() }
+        }
+        fn ddl_lock(&self, _key: &str) -> Option<DdlLock> {
+            None
+        }
+        fn transactional_ddl(&self) -> bool {
+            true
+        }
+        fn retry_class(&self, _error: &DbError) -> RetryClass {
+            RetryClass::Never
+        }
+        fn unique_violation(&self, _error: &DbError, _prefix: &str) -> Option<UniqueTarget> {
+            None
+        }
+    }
+
+    #[test]
+    fn templates_render_tables_clauses_and_dollar_placeholders() {
+        let sql = render(
+            "SELECT id FROM {tasks} WHERE id = ? AND run_at <= COALESCE(?, {now}){lock}",
+            "app_",
+            &DollarDialect,
+        );
+        assert_eq!(
+            sql,
+            "SELECT id FROM app_tasks WHERE id = $1 AND run_at <= COALESCE($2, NOW_MS()) FOR UPDATE"
+        );
+        let claim = render(
+            "SELECT 1 FROM {deps}, {quota}, {paused} LIMIT ?{skip_locked}",
+            "p_",
+            &DollarDialect,
+        );
+        assert_eq!(
+            claim,
+            "SELECT 1 FROM p_task_deps, p_quota, p_paused_queues LIMIT $1 FOR UPDATE SKIP LOCKED"
+        );
+        assert!(render("SELECT {cols} FROM {tasks}", "t_", &DollarDialect).contains("business_key"));
+    }
+
+    #[test]
+    fn retry_limits_follow_the_class() {
+        let allowed = |class| (1..=6).filter(|a| retry_allowed(class, *a)).count();
+        assert_eq!(allowed(RetryClass::Immediate), 4, "5 attempts in all");
+        assert_eq!(allowed(RetryClass::Limited), 1, "2 attempts in all");
+        assert_eq!(allowed(RetryClass::Never), 0);
+    }
 
     #[test]
     fn backoff_doubles_from_five_ms() {

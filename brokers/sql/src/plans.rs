@@ -49,7 +49,7 @@ impl SqlBroker {
         let ack = if core.dialect.update_returning() {
             vec![HotStatement {
                 name: "ack",
-                sql: ack::ack_returning_sql(core, 1).to_string(),
+                sql: ack::ack_returning_sql(core, 1, false).to_string(),
                 args: vec![task.clone(), no_result, t.clone(), task.clone(), task.clone(), token],
             }]
         } else {

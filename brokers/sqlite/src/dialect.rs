@@ -107,3 +107,70 @@ impl Dialect for SqliteDialect {
         32_766
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::error::Error as StdError;
+    use std::fmt;
+
+    use sqlx::error::{DatabaseError, ErrorKind};
+
+    use super::*;
+
+    /// A driver error with a given extended result code and message.
+    #[derive(Debug)]
+    struct Coded(&'static str, &'static str);
+
+    impl fmt::Display for Coded {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.1)
+        }
+    }
+
+    impl StdError for Coded {}
+
+    impl DatabaseError for Coded {
+        fn message(&self) -> &str {
+            self.1
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn StdError + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn StdError + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn StdError + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> ErrorKind {
+            ErrorKind::Other
+        }
+    }
+
+    fn db(code: &'static str, message: &'static str) -> DbError {
+        DbError::Database(Box::new(Coded(code, message)))
+    }
+
+    #[test]
+    fn unique_violations_are_classified_by_code_not_text() {
+        let d = SqliteDialect;
+        let pk = db("1555", "UNIQUE constraint failed: taskgate_tasks.id");
+        assert_eq!(d.unique_violation(&pk, "taskgate_"), Some(UniqueTarget::PrimaryKey));
+        let key = db("2067", "UNIQUE constraint failed: taskgate_tasks.business_key");
+        assert_eq!(d.unique_violation(&key, "taskgate_"), Some(UniqueTarget::Unnamed));
+        let text_only = db("1", "UNIQUE constraint failed: taskgate_tasks.id");
+        assert_eq!(d.unique_violation(&text_only, "taskgate_"), None);
+        assert_eq!(d.unique_violation(&DbError::RowNotFound, "taskgate_"), None);
+    }
+
+    #[test]
+    fn nothing_is_retried() {
+        let d = SqliteDialect;
+        assert_eq!(d.retry_class(&db("5", "database is locked")), RetryClass::Never);
+        assert_eq!(d.retry_class(&db("2067", "unique")), RetryClass::Never);
+    }
+}

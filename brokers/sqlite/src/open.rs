@@ -66,7 +66,10 @@ fn connect_options(options: &SqliteOptions) -> Result<SqliteConnectOptions> {
         .synchronous(synchronous)
         .busy_timeout(options.busy_timeout)
         .foreign_keys(false)
-        .analysis_limit(Some(400)))
+        .analysis_limit(Some(400))
+        // Batches return up to 1,000 rows; a roomy channel lets the driver's worker thread
+        // hand them over without waiting for the async side row by row.
+        .row_buffer_size(1_024))
 }
 
 /// Checks what can be checked before SQLite touches the file.

@@ -15,16 +15,19 @@ use crate::row::{TaskRow, TASK_COLUMN_COUNT};
 use crate::value::Cols;
 use crate::{Kind, Value};
 
-/// The ack of `n` tasks as one `UPDATE … RETURNING`. Arguments: (id, result) pairs, now, the
-/// IDs, (id, token) pairs.
-pub(crate) fn ack_returning_sql(core: &Core, n: usize) -> Arc<str> {
-    core.sql_sized("ack_returning", (n, 0), || {
+/// The ack of `n` tasks as one `UPDATE … RETURNING`: every column (`full`, for Notify
+/// snapshots) or just the ID, then the "has open child edges" flag. Arguments: (id, result)
+/// pairs, now, the IDs, (id, token) pairs.
+pub(crate) fn ack_returning_sql(core: &Core, n: usize, full: bool) -> Arc<str> {
+    let name = if full { "ack_returning_full" } else { "ack_returning" };
+    core.sql_sized(name, (n, 0), || {
         let cases = " WHEN ? THEN ?".repeat(n);
+        let returned = if full { "{cols}" } else { "id" };
         format!(
             "UPDATE {{tasks}} SET status = 'completed', result = CASE id{cases} END, \
              finished_at = ?, lease_token = '', lease_until = 0, cancel_requested = 0 \
              WHERE id IN ({ids}) AND status = 'running' AND lease_token = CASE id{cases} END \
-             RETURNING {{cols}}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE \
+             RETURNING {returned}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE \
              d.parent_id = {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END",
             ids = placeholders(n)
         )
@@ -62,10 +65,12 @@ pub(crate) async fn ack_many(
         })
         .collect();
     let mut finished = Vec::new();
-    for (row, has_children) in acked.values() {
-        tx.snapshot(&row.task);
+    for (id, (row, has_children)) in &acked {
+        if let Some(row) = row {
+            tx.snapshot(&row.task);
+        }
         if *has_children {
-            finished.push((row.task.id.clone(), Status::Completed));
+            finished.push((id.clone(), Status::Completed));
         }
     }
     if !acked.is_empty() {
@@ -76,12 +81,12 @@ pub(crate) async fn ack_many(
     Ok(outcomes)
 }
 
-/// Completes the candidates whose token matches; returns them by ID with their "has open
-/// child edges" flag.
+/// Completes the candidates whose token matches; returns them by ID with their row (when
+/// Notify needs snapshots) and their "has open child edges" flag.
 async fn complete(
     tx: &mut Tx<'_>,
     items: &[&AckItem],
-) -> std::result::Result<HashMap<String, (TaskRow, bool)>, TxFail> {
+) -> std::result::Result<HashMap<String, (Option<TaskRow>, bool)>, TxFail> {
     if items.is_empty() {
         return Ok(HashMap::new());
     }
@@ -96,13 +101,20 @@ async fn complete(
     for item in items {
         args.extend([Value::from(&item.id), Value::from(&item.token)]);
     }
-    let sql = ack_returning_sql(tx.core, n);
-    let rows = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int])).await?;
+    let full = tx.opts.notifier.is_active();
+    let sql = ack_returning_sql(tx.core, n, full);
+    let kinds = if full { super::kinds_plus(&[Kind::Int]) } else { vec![Kind::Text, Kind::Int] };
+    let rows = tx.fetch(&sql, &args, &kinds).await?;
     let mut acked = HashMap::with_capacity(rows.len());
     for r in &rows {
-        let row = TaskRow::decode(r)?;
-        let has_children = Cols(r).int(TASK_COLUMN_COUNT)? != 0;
-        acked.insert(row.task.id.clone(), (row, has_children));
+        let c = Cols(r);
+        if full {
+            let row = TaskRow::decode(r)?;
+            let has_children = c.int(TASK_COLUMN_COUNT)? != 0;
+            acked.insert(row.task.id.clone(), (Some(row), has_children));
+        } else {
+            acked.insert(c.text(0)?, (None, c.int(1)? != 0));
+        }
     }
     Ok(acked)
 }
