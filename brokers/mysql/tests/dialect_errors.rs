@@ -10,19 +10,26 @@ use taskgate::BoxError;
 use taskgate_mysql::dialect::{error_number, MySqlDialect};
 use taskgate_sql::{DbError, Dialect, RetryClass, UniqueTarget};
 
-/// The error the server returns for `SIGNAL SQLSTATE '<state>' SET MYSQL_ERRNO = <n>`.
+/// The error the server returns for `SIGNAL SQLSTATE '<state>' SET MYSQL_ERRNO = <n>`: run at
+/// top level (MariaDB), else from a stored procedure (MySQL allows `SIGNAL` only in stored
+/// programs).
 async fn signal(
     conn: &mut MySqlConnection,
     state: &str,
     number: u16,
     message: &str,
 ) -> Result<DbError, BoxError> {
-    let sql =
+    let body =
         format!("SIGNAL SQLSTATE '{state}' SET MYSQL_ERRNO = {number}, MESSAGE_TEXT = '{message}'");
-    match conn.execute(sql.as_str()).await {
-        Ok(_) => Err("SIGNAL did not fail".into()),
-        Err(e) => Ok(e),
+    let direct = conn.execute(body.as_str()).await.err().ok_or("SIGNAL did not fail")?;
+    if error_number(&direct) == Some(number) {
+        return Ok(direct);
     }
+    conn.execute("DROP PROCEDURE IF EXISTS tg_signal").await?;
+    conn.execute(format!("CREATE PROCEDURE tg_signal() {body}").as_str()).await?;
+    let called = conn.execute("CALL tg_signal()").await.err().ok_or("CALL did not fail")?;
+    conn.execute("DROP PROCEDURE IF EXISTS tg_signal").await?;
+    Ok(called)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

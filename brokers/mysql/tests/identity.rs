@@ -95,7 +95,8 @@ async fn names_of_256_characters_fail_before_any_io() -> Result<(), BoxError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_largest_allowed_lists_and_error_texts_fit() -> Result<(), BoxError> {
-    let Some(storage) = common::storage("the_largest_allowed_lists_and_error_texts_fit").await else {
+    let Some(storage) = common::storage("the_largest_allowed_lists_and_error_texts_fit").await
+    else {
         return Ok(());
     };
     let (options, _clock) = common::manual_options();
@@ -108,7 +109,9 @@ async fn the_largest_allowed_lists_and_error_texts_fit() -> Result<(), BoxError>
         broker.enqueue_many(chunk).await?;
     }
     let ids: Vec<String> = parents.iter().map(|t| t.id.clone()).collect();
-    let child = broker.enqueue(&Task::new("c", "children").with_id("child").with_depends_on(ids.clone())).await?;
+    let child = broker
+        .enqueue(&Task::new("c", "children").with_id("child").with_depends_on(ids.clone()))
+        .await?;
     assert_eq!(child.status, taskgate::Status::Blocked);
     assert_eq!(broker.get("child").await?.depends_on, ids);
     // A 200 KB error text is stored whole.

@@ -110,13 +110,13 @@ impl Load {
         self.errors.lock().unwrap_or_else(|p| p.into_inner()).push(format!("{who}: {e}"));
     }
 
-    fn parent(&self, n: u64) -> Option<String> {
+    /// None, one or two recent tasks as parents (fan-in), by `n`.
+    fn parents(&self, n: u64) -> Vec<String> {
         let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        let len = u64::try_from(recent.len()).ok()?;
-        if len == 0 || n % 3 == 0 {
-            return None;
-        }
-        recent.get(usize::try_from(n % len).ok()?).cloned()
+        let len = recent.len();
+        let wanted = usize::try_from(n % 3).unwrap_or(0);
+        let start = usize::try_from(n).unwrap_or(0);
+        (0..wanted.min(len)).filter_map(|k| recent.get((start + 7 * k) % len).cloned()).collect()
     }
 
     fn remember(&self, id: String) {
@@ -130,22 +130,29 @@ impl Load {
 
 const QUEUES: [&str; 2] = ["mix-a", "mix-b"];
 
+fn mixed_task(load: &Load, n: u64) -> Task {
+    let queue = QUEUES[usize::try_from(n).unwrap_or(0) % 2];
+    let mut task = Task::new("mixed", queue).with_max_retry(1).with_depends_on(load.parents(n));
+    if n % 2 == 0 {
+        task = task.with_on_parent_failure(OnParentFailure::IgnoreParentFailure);
+    }
+    task
+}
+
+/// Enqueues single tasks and batches of three, a third roots, the rest with one or two recent
+/// parents (which completers are finishing at the same time).
 async fn inserter(who: usize, b: Arc<MySqlBroker>, load: Arc<Load>) {
     let mut n = 0u64;
     while !load.stop.load(Ordering::Relaxed) {
         n += 1;
-        let queue = QUEUES[usize::try_from(n).unwrap_or(0) % 2];
-        let mut task = Task::new("mixed", queue).with_max_retry(1);
-        if let Some(parent) = load.parent(n) {
-            task = task.with_depends_on([parent]);
-            if n % 2 == 0 {
-                task = task.with_on_parent_failure(OnParentFailure::IgnoreParentFailure);
-            }
-        }
-        match b.enqueue(&task).await {
+        let batch: Vec<Task> = (0..1 + 2 * (n % 2)).map(|k| mixed_task(&load, n * 3 + k)).collect();
+        match b.enqueue_many(&batch).await {
             Ok(stored) => {
-                load.inserted.fetch_add(1, Ordering::Relaxed);
-                load.remember(stored.id);
+                load.inserted
+                    .fetch_add(u64::try_from(stored.len()).unwrap_or(0), Ordering::Relaxed);
+                for t in stored {
+                    load.remember(t.id);
+                }
             }
             Err(e) => load.error(&format!("inserter {who}"), &e),
         }
