@@ -187,10 +187,24 @@ impl Session for MySqlSession {
     }
 }
 
+/// `pool.begin()` on a task of its own, so it always runs to completion.
+///
+/// sqlx 0.8.6 sends `BEGIN` and counts the transaction only once the server has answered: a
+/// `begin` future dropped in between (a caller's timeout) would hand the pooled connection
+/// back inside a transaction nobody rolls back. Detached, the begin finishes, and if nobody
+/// wants the transaction any more its drop rolls it back.
+async fn begin_detached(pool: &MySqlPool) -> DbResult<Transaction<'static, MySql>> {
+    let pool = pool.clone();
+    match tokio::spawn(async move { pool.begin().await }).await {
+        Ok(begun) => begun,
+        Err(join) => Err(sqlx::Error::Protocol(format!("begin task ended: {join}"))),
+    }
+}
+
 #[async_trait]
 impl Adapter for MySqlAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
-        let tx = self.pool.begin().await?;
+        let tx = begin_detached(&self.pool).await?;
         Ok(Box::new(MySqlTx { tx, runner: self.runner.clone() }))
     }
 
