@@ -151,5 +151,9 @@ async fn main() -> Res<()> {
     for batch in batches.split(',').filter_map(|b| b.trim().parse::<usize>().ok()) {
         throughput(&url, sessions, batch, jobs).await?;
     }
-    pickup_latency(&url, env_or("LATENCY", 200usize)).await
+    let samples = env_or("LATENCY", 200usize);
+    if samples == 0 {
+        return Ok(());
+    }
+    pickup_latency(&url, samples).await
 }

@@ -1,7 +1,11 @@
 //! Shared helpers of the PostgreSQL integration tests: fresh storage (or a loud skip),
 //! initialised handles on the suite's manual clock, and SQL against the test server.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "a shared helper module: each test binary uses a different subset, privately"
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
