@@ -27,7 +27,15 @@
 //! * Reads (get, list, counts, queue_len, paused_queues) and the empty-poll probe run through
 //!   [`Adapter::read`], outside any transaction.
 //! * Claims run on a spawned task and are handed over through a guard that requeues them if
-//!   the caller's future was dropped (extensions §E0).
+//!   the caller's future was dropped (extensions §E0). A claimer whose caller went away while
+//!   it waited for the writer leaves the queue without writing ([`Adapter::begin`] must be
+//!   cancel-safe). `close` waits for claims in flight before closing the pools.
+//! * An empty poll is one read ([`Adapter::read`]); after a claim that filled its batch the
+//!   next claim skips that read.
+//! * Ack is one `UPDATE … RETURNING` where [`Dialect::update_returning`] (token checked in the
+//!   WHERE clause); otherwise a locking read, then one set-based UPDATE. Both shapes, and both
+//!   claim shapes, are proven by the contract suite on SQLite (`taskgate_sqlite::testing::
+//!   ServerShapedDialect` runs the PostgreSQL/MySQL paths).
 //! * SQL uses `?` placeholders, never reused; with [`Placeholder::Dollar`] the engine rewrites
 //!   them ([`rewrite_placeholders`]) before calling the adapter. Texts are built once per
 //!   (dialect, prefix); `IN (…)` lists per call. The prefix is validated before any SQL.
@@ -38,12 +46,18 @@
 //! # Writing a new backend
 //!
 //! Implement [`Adapter`] (one generic `execute`/`fetch` per driver; decode [`Kind::Int`] from
-//! any integer or boolean column type, [`Kind::Text`] from text or binary-collated strings),
-//! implement [`Dialect`], write the two migrations with the same numbers and names as
-//! `migrations/sqlite/`, and wrap [`SqlBroker`]. The schema must have the columns of
-//! [`row::TASK_COLUMNS`] and the tables `{prefix}tasks`, `{prefix}task_deps`, `{prefix}quota`
-//! (`qkey, win, used, period`) and `{prefix}paused_queues(queue, paused_at)`. IDs must compare
-//! by bytes (PostgreSQL: `COLLATE "C"`; MySQL: `utf8mb4_bin`).
+//! any integer or boolean column type, [`Kind::Text`] from text or binary-collated strings;
+//! bind [`Value::Null`] with its kind's SQL type), implement [`Dialect`], write the two
+//! migrations with the same numbers and names as `migrations/sqlite/`, and wrap [`SqlBroker`]
+//! ([`EngineConfig::migrate_on_init`] = true for server databases). The schema must have the
+//! columns of [`row::TASK_COLUMNS`] and the tables `{prefix}tasks`, `{prefix}task_deps`,
+//! `{prefix}quota` (`qkey, win, used, period`) and `{prefix}paused_queues(queue, paused_at)`.
+//! IDs must compare by bytes (PostgreSQL: `COLLATE "C"`; MySQL: `utf8mb4_bin`). Statements the
+//! engine runs, and what they need from indexes, are listed by [`SqlBroker::hot_statements`]
+//! (check them with `EXPLAIN` in a test, as `brokers/sqlite/tests/plans.rs` does).
+//!
+//! Then run the contract suite (`brokertest::contract_tests!`) on the backend; the engine's
+//! `test-hooks` feature gives `SqlBroker::set_before_commit_hook` for crash tests.
 
 mod adapter;
 mod broker;
