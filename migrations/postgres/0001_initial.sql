@@ -30,8 +30,15 @@ CREATE TABLE {prefix}tasks (
     replay_of        TEXT COLLATE "C" NOT NULL DEFAULT '',
     CONSTRAINT {prefix}tasks_pkey PRIMARY KEY (id)
 );
-CREATE INDEX {prefix}idx_claim ON {prefix}tasks (queue, status, run_at);
-CREATE INDEX {prefix}idx_status ON {prefix}tasks (status, lease_until);
+-- The claim and reaper indexes of §11.1, partial: only the rows their statements can match
+-- (ready; running or blocked) are in them, so finished rows never enter the hot path and a
+-- status change writes as few index entries as possible. The predicates are constants, so
+-- generic (cached) plans use them too. Claims, the next-due probe and queue_len read the
+-- ready tasks of one queue in (run_at, id) order.
+CREATE INDEX {prefix}idx_claim ON {prefix}tasks (queue, run_at, id)
+    WHERE status IN ('pending', 'retrying');
+CREATE INDEX {prefix}idx_status ON {prefix}tasks (status, lease_until)
+    WHERE status IN ('running', 'blocked');
 CREATE UNIQUE INDEX {prefix}uq_chain_head ON {prefix}tasks (business_key)
     WHERE business_key <> '' AND replay_of = '';
 CREATE UNIQUE INDEX {prefix}uq_replay_of ON {prefix}tasks (replay_of) WHERE replay_of <> '';

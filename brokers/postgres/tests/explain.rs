@@ -16,8 +16,8 @@ const FINISHED: i64 = 30_000;
 
 /// The hot statement classes, how to recognise them, and the indexes they may use.
 const CLASSES: &[(&str, &str, &[&str])] = &[
-    ("claim", "ORDER BY run_at, id LIMIT", &["idx_ready", "idx_claim"]),
-    ("next-due probe", "SELECT MIN(m)", &["idx_ready", "idx_claim"]),
+    ("claim", "ORDER BY run_at, id LIMIT", &["idx_claim"]),
+    ("next-due probe", "SELECT MIN(m)", &["idx_claim"]),
     // One `UPDATE … RETURNING` (the dialect has it): by primary key, or through the running
     // tasks when they are few.
     ("ack", "SET status = 'completed'", &["tasks_pkey", "idx_status"]),
