@@ -8,13 +8,55 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
 use sqlx::{Connection, Transaction};
 use taskgate_sql::{Adapter, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx};
 
+use crate::dialect::is_connection_lost;
 use crate::{codec, rewrite};
+
+/// How long after a lost connection every pooled connection is pinged before use.
+const SUSPECT_FOR: Duration = Duration::from_secs(5);
+
+/// Whether the pool's connections are under suspicion. Pinging every connection before use
+/// costs a round trip per call (a third of a claim's time on a busy server), so connections
+/// are pinged only after one was found dead — then every idle connection is checked for a
+/// while, and dead ones are replaced instead of failing one call each — or when they sat idle
+/// long enough for a server or middlebox timeout.
+#[derive(Debug)]
+pub(crate) struct Health {
+    origin: Instant,
+    suspect_until_ms: AtomicU64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health { origin: Instant::now(), suspect_until_ms: AtomicU64::new(0) }
+    }
+}
+
+impl Health {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Notes a failed statement; a lost connection puts the pool under suspicion.
+    pub(crate) fn observe(&self, error: &sqlx::Error) {
+        if is_connection_lost(error) {
+            let until =
+                self.now_ms().saturating_add(u64::try_from(SUSPECT_FOR.as_millis()).unwrap_or(0));
+            self.suspect_until_ms.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// True while connections should be pinged before use.
+    pub(crate) fn suspect(&self) -> bool {
+        self.now_ms() < self.suspect_until_ms.load(Ordering::Relaxed)
+    }
+}
 
 /// The distinct statement texts a broker ran, in first-use order, and how many statements it
 /// ran in all (tests check query plans on exactly what the engine sends, and that invalid
@@ -45,10 +87,12 @@ impl StatementLog {
     }
 }
 
-/// Runs statements on one connection, rewriting them for MySQL and recording them if asked.
+/// Runs statements on one connection, rewriting them for MySQL, recording them if asked, and
+/// reporting lost connections to the pool's [`Health`].
 #[derive(Clone, Debug, Default)]
 struct Runner {
     log: Option<Arc<StatementLog>>,
+    health: Arc<Health>,
 }
 
 impl Runner {
@@ -62,7 +106,8 @@ impl Runner {
         if let Some(log) = &self.log {
             log.record(&sql);
         }
-        Ok(codec::bind(&sql, args).execute(conn).await?.rows_affected())
+        let done = codec::bind(&sql, args).execute(conn).await;
+        done.map(|r| r.rows_affected()).inspect_err(|e| self.health.observe(e))
     }
 
     async fn fetch(
@@ -76,8 +121,8 @@ impl Runner {
         if let Some(log) = &self.log {
             log.record(&sql);
         }
-        let rows = codec::bind(&sql, args).fetch_all(conn).await?;
-        codec::decode_rows(&rows, kinds)
+        let rows = codec::bind(&sql, args).fetch_all(conn).await;
+        codec::decode_rows(&rows.inspect_err(|e| self.health.observe(e))?, kinds)
     }
 }
 
@@ -89,8 +134,12 @@ pub(crate) struct MySqlAdapter {
 }
 
 impl MySqlAdapter {
-    pub(crate) fn new(pool: MySqlPool, log: Option<Arc<StatementLog>>) -> MySqlAdapter {
-        MySqlAdapter { pool, runner: Runner { log } }
+    pub(crate) fn new(
+        pool: MySqlPool,
+        log: Option<Arc<StatementLog>>,
+        health: Arc<Health>,
+    ) -> MySqlAdapter {
+        MySqlAdapter { pool, runner: Runner { log, health } }
     }
 }
 
@@ -114,7 +163,18 @@ impl SqlConn for MySqlTx {
 #[async_trait]
 impl WriteTx for MySqlTx {
     async fn commit(self: Box<Self>) -> DbResult<()> {
-        self.tx.commit().await
+        let health = self.runner.health.clone();
+        self.tx.commit().await.map_err(|e| {
+            health.observe(&e);
+            if is_connection_lost(&e) {
+                // The COMMIT may or may not have been applied: never retry this one.
+                sqlx::Error::Protocol(format!(
+                    "connection lost while committing; the transaction may or may not have been applied: {e}"
+                ))
+            } else {
+                e
+            }
+        })
     }
 
     async fn rollback(self: Box<Self>) -> DbResult<()> {
@@ -204,13 +264,21 @@ async fn begin_detached(pool: &MySqlPool) -> DbResult<Transaction<'static, MySql
 #[async_trait]
 impl Adapter for MySqlAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
-        let tx = begin_detached(&self.pool).await?;
+        let tx = begin_detached(&self.pool).await.inspect_err(|e| self.runner.health.observe(e))?;
         Ok(Box::new(MySqlTx { tx, runner: self.runner.clone() }))
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
         let mut conn = self.pool.acquire().await?;
-        self.runner.fetch(&mut conn, sql, args, kinds).await
+        match self.runner.fetch(&mut conn, sql, args, kinds).await {
+            // A read is safe to repeat; after a lost connection the pool pings before use.
+            Err(e) if is_connection_lost(&e) => {
+                drop(conn);
+                let mut conn = self.pool.acquire().await?;
+                self.runner.fetch(&mut conn, sql, args, kinds).await
+            }
+            other => other,
+        }
     }
 
     async fn session(&self) -> DbResult<Box<dyn Session>> {

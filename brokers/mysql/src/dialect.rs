@@ -25,6 +25,13 @@ pub const ER_DUP_FIELDNAME: u16 = 1060;
 /// ER_DUP_KEYNAME: `ADD KEY` of an index that exists (an idempotent migration re-run).
 pub const ER_DUP_KEYNAME: u16 = 1061;
 
+/// ER_SERVER_SHUTDOWN: the server is shutting down (the connection goes with it).
+pub const ER_SERVER_SHUTDOWN: u16 = 1053;
+/// ER_CONNECTION_KILLED (MariaDB): this connection was killed.
+pub const ER_CONNECTION_KILLED: u16 = 1927;
+/// ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): the server closed an idle connection.
+pub const ER_CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
+
 /// Longest name `GET_LOCK` accepts (MySQL 5.7+ and MariaDB).
 pub const MAX_LOCK_NAME_CHARS: usize = 64;
 
@@ -40,6 +47,21 @@ pub fn error_number(error: &DbError) -> Option<u16> {
     match error {
         DbError::Database(db) => db.try_downcast_ref::<MySqlDatabaseError>().map(|e| e.number()),
         _ => None,
+    }
+}
+
+/// True when `error` means the connection itself is gone (a socket error, or the server
+/// saying it killed or dropped the session): the server rolled back whatever transaction was
+/// open on it, so a transaction that failed this way *before* its COMMIT was sent can run
+/// again on another connection. (A failed COMMIT is reported differently by the adapter:
+/// its outcome is unknown and it is never retried.)
+pub fn is_connection_lost(error: &DbError) -> bool {
+    match error {
+        DbError::Io(_) => true,
+        _ => matches!(
+            error_number(error),
+            Some(ER_SERVER_SHUTDOWN | ER_CONNECTION_KILLED | ER_CLIENT_INTERACTION_TIMEOUT)
+        ),
     }
 }
 
@@ -162,6 +184,11 @@ impl Dialect for MySqlDialect {
     }
 
     fn retry_class(&self, error: &DbError) -> RetryClass {
+        if is_connection_lost(error) {
+            // Never a COMMIT's error (see `is_connection_lost`): the transaction was rolled
+            // back with its connection, so it runs again on a fresh one.
+            return RetryClass::Immediate;
+        }
         error_number(error).map_or(RetryClass::Never, retry_class_of)
     }
 
@@ -201,6 +228,15 @@ mod tests {
         assert_eq!(retry_class_of(ER_LOCK_WAIT_TIMEOUT), RetryClass::Limited);
         assert_eq!(retry_class_of(ER_DUP_ENTRY), RetryClass::Never);
         assert_eq!(retry_class_of(1146), RetryClass::Never);
+    }
+
+    #[test]
+    fn a_lost_connection_is_retried() {
+        let io = DbError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "eof"));
+        assert!(is_connection_lost(&io));
+        assert_eq!(MySqlDialect.retry_class(&io), RetryClass::Immediate);
+        assert!(!is_connection_lost(&DbError::PoolTimedOut));
+        assert!(!is_connection_lost(&DbError::Protocol("connection lost while committing".into())));
     }
 
     #[test]

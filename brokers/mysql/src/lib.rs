@@ -8,7 +8,10 @@
 //!   default REPEATABLE READ, concurrent inserts and completions deadlock on gap locks.
 //! * **The retry loop's classification** on the server's error number (never message text):
 //!   1213 (deadlock) retried at once up to 5 attempts, 1205 (lock wait timeout) once more,
-//!   everything else returned as it is. [`MySqlBroker::tx_retries`] counts retries.
+//!   everything else returned as it is. A connection lost *before* COMMIT (killed, server
+//!   restart) is retried too: the server rolled the transaction back with it; one lost during
+//!   COMMIT is reported, never retried (its outcome is unknown). [`MySqlBroker::tx_retries`]
+//!   counts retries.
 //! * **Claims** with `SELECT … ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED` on the ready
 //!   index, then one `UPDATE` by primary key — no `RETURNING`, no reused placeholders.
 //! * **Server time** through `COALESCE(?, CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS
@@ -63,7 +66,7 @@ use sqlx::mysql::{MySql, MySqlPool};
 use taskgate::{Error, Result, Task, Timestamp};
 use taskgate_sql::{EngineConfig, HotStatement, SqlBroker};
 
-use crate::adapter::{BorrowedConn, MySqlAdapter, StatementLog};
+use crate::adapter::{BorrowedConn, Health, MySqlAdapter, StatementLog};
 pub use crate::dialect::MySqlDialect;
 pub use crate::migrations::MIGRATIONS;
 pub use crate::options::{
@@ -95,8 +98,9 @@ impl MySqlBroker {
     }
 
     fn build(options: MySqlOptions) -> Result<MySqlBroker> {
-        let pool = options.pool();
-        let adapter = Arc::new(MySqlAdapter::new(pool.clone(), options.log.clone()));
+        let health = Arc::new(Health::default());
+        let pool = options.pool(health.clone());
+        let adapter = Arc::new(MySqlAdapter::new(pool.clone(), options.log.clone(), health));
         let config = EngineConfig {
             prefix: options.prefix.clone(),
             poll_interval: options.poll_interval,
@@ -138,8 +142,8 @@ impl MySqlBroker {
         self.inner.prefix()
     }
 
-    /// How many transactions this handle retried after a deadlock (1213) or a lock-wait
-    /// timeout (1205).
+    /// How many transactions this handle retried after a deadlock (1213), a lock-wait timeout
+    /// (1205) or a connection lost before its commit.
     pub fn tx_retries(&self) -> u64 {
         self.inner.tx_retries()
     }

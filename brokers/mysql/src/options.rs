@@ -9,7 +9,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 use taskgate::{Error, Result};
 
-use crate::adapter::StatementLog;
+use crate::adapter::{Health, StatementLog};
 
 /// The table prefix when none is set (the same in every backend).
 pub const DEFAULT_PREFIX: &str = "taskgate_";
@@ -25,6 +25,8 @@ pub const LOCK_WAIT_TIMEOUT_PARAM: &str = "innodb_lock_wait_timeout";
 
 /// How long a call waits for a free pooled connection before it fails.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections idle at least this long are pinged before use (server and middlebox timeouts).
+const PING_AFTER_IDLE: Duration = Duration::from_secs(30);
 
 /// Connection settings of a MySQL/MariaDB broker; build one with [`MySqlOptions::from_url`].
 ///
@@ -148,14 +150,24 @@ impl MySqlOptions {
     }
 
     /// The pool, opened lazily: no connection is made until the first statement. Each new
-    /// connection is switched to READ COMMITTED with the configured lock-wait timeout.
-    pub(crate) fn pool(&self) -> MySqlPool {
+    /// connection is switched to READ COMMITTED with the configured lock-wait timeout. An idle
+    /// connection is pinged before use only when it idled long or `health` suspects the pool.
+    pub(crate) fn pool(&self, health: Arc<Health>) -> MySqlPool {
         let lock_wait = self.lock_wait_timeout_secs;
         MySqlPoolOptions::new()
             .max_connections(self.pool_size)
             .min_connections(0)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .test_before_acquire(true)
+            .test_before_acquire(false)
+            .before_acquire(move |conn, meta| {
+                let check = health.suspect() || meta.idle_for >= PING_AFTER_IDLE;
+                Box::pin(async move {
+                    if check {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
