@@ -43,6 +43,11 @@ pub(crate) async fn ack_many(
     for (i, item) in items.iter().enumerate() {
         first.entry(item.id.as_str()).or_insert(i);
     }
+    if first.len() < items.len() {
+        // One ID twice: items count in order (a stale token first, the right one second must
+        // still win), which one statement cannot tell apart. Rare: take the general path.
+        return super::finish::ack_many(tx, items).await;
+    }
     let candidates: Vec<&AckItem> = items
         .iter()
         .enumerate()

@@ -106,6 +106,8 @@ pub(crate) async fn key_tail(tx: &mut Tx<'_>, key: &str) -> Result<Option<Existi
 pub(crate) const INSERT_SQL: &str = "INSERT INTO {tasks} ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, \
     ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
-/// The key's latest execution: `ORDER BY created_at DESC, id DESC LIMIT 1`.
+/// The key's chain tail: the execution no execution replays (as replay finds it). The
+/// predecessor's time order (`ORDER BY created_at DESC, id DESC`) names the wrong execution
+/// when a replay lands in the same millisecond as its target and sorts before it by ID.
 pub(crate) const KEY_TAIL_SQL: &str = "SELECT id, status FROM {tasks} WHERE business_key = ? \
-    ORDER BY created_at DESC, id DESC LIMIT 1";
+    AND NOT EXISTS (SELECT 1 FROM {tasks} c WHERE c.replay_of = {tasks}.id) LIMIT 1";

@@ -7,11 +7,12 @@ use taskgate::decide::{reap_outcome, submit_decision, texts, ReapOutcome, Submit
 use taskgate::Status;
 
 use super::propagate::propagate;
+use super::replay::rearm_edges;
 use super::{decode_all, finish, lock_statuses, release, write_row, Also};
 use crate::core::{Tx, TxFail};
-use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_KINDS};
-use crate::Value;
+use crate::value::Cols;
+use crate::{Kind, Value};
 
 /// Expired leases (`lease_until < now`, strictly), locked. Argument: now.
 pub(crate) const REAP_SQL: &str = "SELECT {cols} FROM {tasks} WHERE status = 'running' \
@@ -81,9 +82,9 @@ async fn repair_one(tx: &mut Tx<'_>, mut row: TaskRow) -> Result<(), TxFail> {
     let ordered = parents
         .iter()
         .filter_map(|p| found.iter().find(|(id, _)| id == p).map(|(id, s)| (id.as_str(), *s)));
-    let decision = submit_decision(ordered, row.task.on_parent_failure);
-    let terminal: Vec<String> =
-        found.iter().filter(|(_, s)| s.is_terminal()).map(|(id, _)| id.clone()).collect();
+    let ordered: Vec<(&str, Status)> = ordered.collect();
+    let decision = submit_decision(ordered.iter().copied(), row.task.on_parent_failure);
+    sync_edges(tx, &row.task.id, &ordered).await?;
     match decision {
         SubmitDecision::Pending => {
             taskgate::transition(row.task.status, Status::Pending)?;
@@ -103,7 +104,6 @@ async fn repair_one(tx: &mut Tx<'_>, mut row: TaskRow) -> Result<(), TxFail> {
         }
         SubmitDecision::Blocked { pending_parents } => row.pending_parents = pending_parents,
     }
-    mark_edges_done(tx, &row.task.id, &terminal).await?;
     write_row(tx, &row, Also::Nothing).await?;
     if row.task.status == Status::Canceled {
         propagate(tx, vec![(row.task.id.clone(), Status::Canceled)]).await?;
@@ -111,17 +111,25 @@ async fn repair_one(tx: &mut Tx<'_>, mut row: TaskRow) -> Result<(), TxFail> {
     Ok(())
 }
 
-/// Marks `child`'s edges to the given (terminal) parents done.
-async fn mark_edges_done(tx: &mut Tx<'_>, child: &str, parents: &[String]) -> Result<(), TxFail> {
-    if parents.is_empty() {
-        return Ok(());
+/// Makes `child`'s edges agree with its parents: done exactly for the terminal ones (as
+/// resume re-arms them), so the recounted `pending_parents` and later propagation match.
+/// Writes only when an edge differs.
+async fn sync_edges(
+    tx: &mut Tx<'_>,
+    child: &str,
+    parents: &[(&str, Status)],
+) -> Result<(), TxFail> {
+    let sql = tx.core.sql("SELECT parent_id, done FROM {deps} WHERE child_id = ?");
+    let edges = tx.fetch(&sql, &[Value::from(child)], &[Kind::Text, Kind::Int]).await?;
+    let mut differs = false;
+    for edge in &edges {
+        let c = Cols(edge);
+        let (parent, done) = (c.text(0)?, c.int(1)? != 0);
+        let terminal = parents.iter().find(|(p, _)| *p == parent).map(|(_, s)| s.is_terminal());
+        differs |= terminal.is_some_and(|t| t != done);
     }
-    let sql = tx.core.render(&format!(
-        "UPDATE {{deps}} SET done = 1 WHERE child_id = ? AND parent_id IN ({})",
-        placeholders(parents.len())
-    ));
-    let mut args = vec![Value::from(child)];
-    args.extend(parents.iter().map(Value::from));
-    tx.exec(&sql, &args).await?;
+    if differs {
+        rearm_edges(tx, child, parents).await?;
+    }
     Ok(())
 }

@@ -97,7 +97,7 @@ pub(crate) async fn resume(tx: &mut Tx<'_>, id: &str) -> Result<Task, TxFail> {
 }
 
 /// Edge `done` = 1 for terminal parents, 0 for the others (docs/decisions.md).
-async fn rearm_edges(
+pub(crate) async fn rearm_edges(
     tx: &mut Tx<'_>,
     child: &str,
     parents: &[(&str, Status)],
