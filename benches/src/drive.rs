@@ -65,6 +65,12 @@ pub trait Worker: Send {
     async fn claim(&mut self, queue: &str, max: usize) -> Result<Vec<Claimed>>;
     /// Completes the claimed tasks (ack).
     async fn complete(&mut self, claimed: Vec<Claimed>) -> Result<()>;
+    /// True when `claim` may wait for work, so the driver must race it against the stop
+    /// signals (dropping it: the broker's claims are cancel-safe). Raw claims never wait and
+    /// are never dropped mid-transaction.
+    fn may_wait(&self) -> bool {
+        false
+    }
 }
 
 /// The broker as a [`Worker`]: `dequeue_many` then `ack_many`.
@@ -96,6 +102,10 @@ impl Worker for BrokerWorker {
             outcome.map_err(|e| format!("ack of {} failed: {e}", item.id))?;
         }
         Ok(())
+    }
+
+    fn may_wait(&self) -> bool {
+        true
     }
 }
 
@@ -208,10 +218,14 @@ async fn claimer<W: Worker>(
     let mut tally = Tally::default();
     let mut drained = lane.drained.subscribe();
     while lane.left.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
-        let claimed = tokio::select! {
-            got = worker.claim(&queue, batch) => got?,
-            _ = drained.wait_for(|d| *d) => break,
-            _ = tokio::time::sleep_until(deadline) => break,
+        let claimed = if worker.may_wait() {
+            tokio::select! {
+                got = worker.claim(&queue, batch) => got?,
+                _ = drained.wait_for(|d| *d) => break,
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        } else {
+            worker.claim(&queue, batch).await?
         };
         if claimed.is_empty() {
             tokio::time::sleep(Duration::from_micros(200)).await;

@@ -49,6 +49,24 @@ impl Machine {
     }
 }
 
+/// Latency of `fdatasync` after an 8 KiB write, `samples` times, in a file under the temp
+/// directory (on this machine the same file system as the database servers' data): the
+/// durability floor every commit of every backend pays.
+pub fn fsync_latency(samples: usize) -> Result<Vec<Duration>> {
+    use std::io::Write;
+    let dir = tempfile::Builder::new().prefix("taskgate-fsync-").tempdir()?;
+    let mut file = std::fs::File::create(dir.path().join("probe"))?;
+    let block = [0x5au8; 8192];
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let start = std::time::Instant::now();
+        file.write_all(&block)?;
+        file.sync_data()?;
+        out.push(start.elapsed());
+    }
+    Ok(out)
+}
+
 /// The 1-minute load average, from `/proc/loadavg`.
 pub fn load_average() -> f64 {
     std::fs::read_to_string("/proc/loadavg")

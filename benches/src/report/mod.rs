@@ -149,6 +149,8 @@ pub struct Report {
     pub machine: Machine,
     /// 1-minute load average at the start and at the end.
     pub load: (f64, f64),
+    /// `fdatasync` latency of an 8 KiB write at the start and at the end of the run.
+    pub fsync: (Option<Percentiles>, Option<Percentiles>),
     /// The databases' versions and settings.
     pub databases: Vec<Database>,
     /// Backends that did not run, and why.

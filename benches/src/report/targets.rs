@@ -157,7 +157,10 @@ fn pickup_target(r: &Report) -> Target {
 }
 
 fn pipeline_target(r: &Report) -> Target {
-    let found = r.pipelines.iter().find(|p| p.backend == Backend::Postgres);
+    let found =
+        r.pipelines.iter().filter(|p| p.backend == Backend::Postgres && p.rate.is_ok()).max_by(
+            |a, b| a.rate.as_ref().unwrap_or(&0.0).total_cmp(b.rate.as_ref().unwrap_or(&0.0)),
+        );
     let value = found.and_then(|p| p.rate.as_ref().ok().copied());
     Target {
         scenario: "PostgreSQL enqueue→claim→ack end to end, batched".to_owned(),

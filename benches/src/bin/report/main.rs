@@ -29,6 +29,8 @@ OPTIONS:
   --no-docs            do not copy the results to docs/
   --quick              a tiny matrix, to check that everything runs (implies --no-docs)
   --wait-quiet         wait up to 2 minutes for the 1-minute load average to drop below 1
+  --cell <B,Q,C,N[,raw]>  only run one claim cell (backend, queues, claimers, batch) and print
+                       it: for profiling (strace -c, perf) one workload at a time
   -h, --help           this text
 
 PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_URL is set.";
@@ -36,6 +38,7 @@ PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_U
 /// The command line.
 struct Args {
     plan: Plan,
+    cell: Option<(Backend, benches::drive::Spec, bool)>,
     backends: Option<Vec<Backend>>,
     out: PathBuf,
     docs: bool,
@@ -56,6 +59,7 @@ fn default_out() -> PathBuf {
 fn parse_args() -> Result<Option<Args>> {
     let mut args = Args {
         plan: Plan::full(),
+        cell: None,
         backends: None,
         out: default_out(),
         docs: true,
@@ -83,10 +87,25 @@ fn parse_args() -> Result<Option<Args>> {
                 args.docs = false;
             }
             "--wait-quiet" => args.wait_quiet = true,
+            "--cell" => args.cell = Some(parse_cell(&value("--cell")?)?),
             other => return Err(format!("unknown argument {other:?} (try --help)").into()),
         }
     }
     Ok(Some(args))
+}
+
+/// `postgres,1,16,100[,raw]`.
+fn parse_cell(text: &str) -> Result<(Backend, benches::drive::Spec, bool)> {
+    let parts: Vec<&str> = text.split(',').collect();
+    let [backend, queues, claimers, batch, rest @ ..] = parts.as_slice() else {
+        return Err(format!("--cell {text:?}: expected backend,queues,claimers,batch[,raw]").into());
+    };
+    let spec = benches::drive::Spec {
+        queues: queues.parse()?,
+        claimers: claimers.parse()?,
+        batch: batch.parse()?,
+    };
+    Ok((backend.parse()?, spec, rest.first() == Some(&"raw")))
 }
 
 fn main() -> ExitCode {
@@ -123,7 +142,11 @@ async fn report(args: Args) -> Result<()> {
     } else {
         benches::facts::load_average()
     };
+    if let Some((backend, spec, raw)) = args.cell {
+        return run::single(&env, backend, &args.plan, spec, raw).await;
+    }
     let started = Instant::now();
+    let fsync_start = fsync_probe().await;
     let mut report = Report {
         started: run::utc_now(),
         cell_secs: args.plan.cell.as_secs_f64(),
@@ -137,8 +160,18 @@ async fn report(args: Args) -> Result<()> {
         run::backend(&env, backend, &args.plan, &mut report).await;
     }
     report.load = (load_start, benches::facts::load_average());
+    report.fsync = (fsync_start, fsync_probe().await);
     report.wall_secs = started.elapsed().as_secs_f64();
     write(&report, &args)
+}
+
+/// 100 `fdatasync` samples off the async threads; `None` if the probe fails.
+async fn fsync_probe() -> Option<benches::stats::Percentiles> {
+    let samples = tokio::task::spawn_blocking(|| benches::facts::fsync_latency(100)).await;
+    match samples {
+        Ok(Ok(s)) => Some(benches::stats::percentiles(&s)),
+        _ => None,
+    }
 }
 
 fn write(report: &Report, args: &Args) -> Result<()> {

@@ -91,8 +91,10 @@ async fn measure(
     last: &mut HashMap<(usize, usize, bool), f64>,
 ) -> std::result::Result<Measured, String> {
     let key = (spec.queues, spec.batch, raw);
-    let expected = last.get(&key).copied().unwrap_or_else(|| Plan::guess(backend, spec.batch));
-    let total = plan.backlog(expected, spec.claimers, spec.batch);
+    // The previous claimer count's rate, doubled (more claimers may go faster), else a guess.
+    let guess = Plan::guess(backend, spec.batch);
+    let expected = last.get(&key).map_or(guess, |r| guess.max(r * 2.0));
+    let total = plan.backlog(backend, expected, spec.claimers, spec.batch);
     let result = claim_cell(env, backend, plan, spec, total, raw).await.map_err(|e| e.to_string());
     let what = if raw { "raw" } else { "broker" };
     match &result {
@@ -162,6 +164,28 @@ async fn claim_on(bed: &Bed, plan: &Plan, spec: Spec, total: u64, raw: bool) -> 
     })
 }
 
+/// Runs one claim cell and prints what it did (for profiling one workload).
+pub(crate) async fn single(
+    env: &Env,
+    backend: Backend,
+    plan: &Plan,
+    spec: Spec,
+    raw: bool,
+) -> Result<()> {
+    let total = plan.backlog(backend, Plan::guess(backend, spec.batch), spec.claimers, spec.batch);
+    let m = claim_cell(env, backend, plan, spec, total, raw).await?;
+    let warm = spec.claimers * spec.batch * 2;
+    println!(
+        "{backend} {} raw={raw}: {} jobs/s, {} jobs measured (+{warm} warm-up), commits/job {:?}, retries {}",
+        spec.label(),
+        rate(m.rate),
+        m.jobs,
+        m.commits_per_job,
+        m.retries
+    );
+    Ok(())
+}
+
 async fn enqueues(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
     for scenario in Producers::MATRIX {
         let result = async {
@@ -206,7 +230,13 @@ async fn pickups(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) 
 }
 
 async fn pipelines(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
-    let (producers, claimers, batch) = (2, 16, 100);
+    for claimers in [16, 2] {
+        pipeline(env, backend, plan, claimers, report).await;
+    }
+}
+
+async fn pipeline(env: &Env, backend: Backend, plan: &Plan, claimers: usize, report: &mut Report) {
+    let (producers, batch) = (2, 100);
     let result = async {
         let bed = Bed::open(env, backend, sessions(producers + claimers)).await?;
         let out = produce::pipeline(&bed.broker, producers, claimers, batch, plan.cell * 2).await;
@@ -215,7 +245,7 @@ async fn pipelines(env: &Env, backend: Backend, plan: &Plan, report: &mut Report
     }
     .await
     .map_err(|e| e.to_string());
-    eprintln!("  {backend} pipeline: {:?}", result.as_ref().map(|v| rate(*v)));
+    eprintln!("  {backend} pipeline c{claimers}: {:?}", result.as_ref().map(|v| rate(*v)));
     report.pipelines.push(PipelineCell { backend, producers, claimers, batch, rate: result });
 }
 
@@ -233,7 +263,8 @@ async fn degradations(env: &Env, backend: Backend, plan: &Plan, report: &mut Rep
         }
     };
     for spec in specs {
-        let total = plan.backlog(Plan::guess(backend, spec.batch), spec.claimers, spec.batch);
+        let total =
+            plan.backlog(backend, Plan::guess(backend, spec.batch), spec.claimers, spec.batch);
         let fresh = claim_cell(env, backend, plan, spec, total, false)
             .await
             .map(|m| m.rate)
