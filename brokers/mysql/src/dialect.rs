@@ -24,6 +24,8 @@ pub const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 pub const ER_DUP_FIELDNAME: u16 = 1060;
 /// ER_DUP_KEYNAME: `ADD KEY` of an index that exists (an idempotent migration re-run).
 pub const ER_DUP_KEYNAME: u16 = 1061;
+/// ER_CANT_DROP_FIELD_OR_KEY: `DROP KEY` of an index already dropped (an idempotent re-run).
+pub const ER_CANT_DROP_FIELD_OR_KEY: u16 = 1091;
 
 /// ER_SERVER_SHUTDOWN: the server is shutting down (the connection goes with it).
 pub const ER_SERVER_SHUTDOWN: u16 = 1053;
@@ -204,7 +206,10 @@ impl Dialect for MySqlDialect {
     }
 
     fn is_already_applied(&self, error: &DbError) -> bool {
-        matches!(error_number(error), Some(ER_DUP_FIELDNAME | ER_DUP_KEYNAME))
+        matches!(
+            error_number(error),
+            Some(ER_DUP_FIELDNAME | ER_DUP_KEYNAME | ER_CANT_DROP_FIELD_OR_KEY)
+        )
     }
 
     fn max_params(&self) -> usize {

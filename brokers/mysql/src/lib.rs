@@ -22,7 +22,8 @@
 //!   with the key's tail, `uq_replay_of` ⇒ `AlreadyReplayed`, anything else ⇒ plain
 //!   `TaskExists` (see [`dialect::unique_target_of`] for the one message match).
 //! * **Migrations** (`migrations/mysql/`) applied by `init` under `GET_LOCK` on one dedicated
-//!   session; every statement is idempotent because MySQL DDL is not transactional.
+//!   session; every statement is idempotent because MySQL DDL is not transactional (1060,
+//!   1061 and 1091 on a re-run mean "already applied").
 //! * **Wake-ups**: in-process at once; other processes find new work by polling (200 ms by
 //!   default, [`MySqlOptions::poll_interval`]).
 //! * [`MySqlBroker::enqueue_in`]: enqueue inside the caller's own transaction (extensions §E15).
@@ -32,7 +33,7 @@
 //! Every statement is accepted by both. Differences that matter: MariaDB's 1062 message names
 //! the key without its table (`for key 'p_uq_chain_head'`, MySQL 8: `'p_tasks.p_uq_chain_head'`);
 //! `SKIP LOCKED` needs MySQL 8.0 / MariaDB 10.6; MariaDB would allow `ADD COLUMN IF NOT
-//! EXISTS`, MySQL does not, so migrations swallow 1060/1061 instead.
+//! EXISTS`, MySQL does not, so migrations swallow 1060/1061/1091 instead.
 //!
 //! # Limits
 //!

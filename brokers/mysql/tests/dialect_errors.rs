@@ -64,7 +64,7 @@ async fn server_errors_are_classified_by_number() -> Result<(), BoxError> {
         signal(&mut conn, "40001", 1213, "Duplicate entry \\'k\\' for key \\'p_uq_chain_head\\'")
             .await?;
     assert_eq!(d.unique_violation(&mislead, "p_"), None);
-    for number in [1060u16, 1061] {
+    for number in [1060u16, 1061, 1091] {
         let applied = signal(&mut conn, "42000", number, "already there").await?;
         assert!(d.is_already_applied(&applied), "{number}");
         assert_eq!(d.retry_class(&applied), RetryClass::Never);
