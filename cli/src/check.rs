@@ -12,7 +12,8 @@ use crate::backends::{factory_for, DEFAULT_URL, SCHEMES};
 /// Arguments of `taskgate check`.
 #[derive(Debug, Args)]
 pub(crate) struct CheckArgs {
-    /// The backend to check (schemes: memory://). Each case gets its own isolated storage.
+    /// The backend to check: memory://, sqlite:// (temporary files; the default), sqlite://PATH,
+    /// postgres://…, mysql://… or mariadb://…. Each case gets its own isolated storage.
     #[arg(default_value = DEFAULT_URL)]
     url: String,
     /// Run only the cases whose name contains this text (e.g. `c07`, `quota`).
