@@ -46,8 +46,17 @@ fn header(out: &mut String, r: &Report) {
     let _ = writeln!(out, "| Kernel (`uname -r`) | {} |", m.kernel);
     let _ = writeln!(
         out,
-        "| Load average (1 min) at start / end | {:.2} / {:.2} |\n",
+        "| Load average (1 min) at start / end | {:.2} / {:.2} |",
         r.load.0, r.load.1
+    );
+    let fsync = |p: &Option<crate::stats::Percentiles>| {
+        p.map_or("—".to_owned(), |p| format!("p50 {} ms, p99 {} ms", ms(p.p50), ms(p.p99)))
+    };
+    let _ = writeln!(
+        out,
+        "| `fdatasync` of 8 KiB in the temp dir (the databases' file system), start / end | {} / {} |\n",
+        fsync(&r.fsync.0),
+        fsync(&r.fsync.1)
     );
     let _ = writeln!(out, "## Databases (settings read from the servers)\n");
     for db in &r.databases {
