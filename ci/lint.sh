@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Formatting, lints and docs, with warnings denied.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n==== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo doc -D warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
+step "workflow file"
+python3 -c 'import yaml' 2>/dev/null || python3 -m pip install --quiet pyyaml
+python3 ci/check_workflow.py .github/workflows/ci.yml
