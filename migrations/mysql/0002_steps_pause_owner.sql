@@ -18,6 +18,13 @@ CREATE TABLE IF NOT EXISTS {prefix}paused_queues (
     PRIMARY KEY (queue)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 ALTER TABLE {prefix}quota ADD COLUMN period BIGINT NOT NULL DEFAULT 0;
+-- 1 once the task got a child edge that is not done yet (set under the task's row lock, with
+-- the edge; never cleared): an ack reads it from the row it locks, so a child enqueued while
+-- the ack waited for that row is never missed (contract §5.2). Existing open edges set it
+-- (an UPDATE, idempotent on a re-run).
+ALTER TABLE {prefix}tasks ADD COLUMN has_children BIGINT NOT NULL DEFAULT 0;
+UPDATE {prefix}tasks SET has_children = 1
+    WHERE id IN (SELECT parent_id FROM {prefix}task_deps WHERE done = 0);
 -- Claims, the next-due probe and queue_len read the ready tasks of a queue in (run_at, id)
 -- order. MySQL has no partial index, so the index is on a STORED generated column that holds
 -- the queue only while the task is claimable (pending or retrying) and NULL otherwise:

@@ -13,5 +13,12 @@ CREATE TABLE {prefix}paused_queues (
     CONSTRAINT {prefix}paused_queues_pkey PRIMARY KEY (queue)
 );
 ALTER TABLE {prefix}quota ADD COLUMN period BIGINT NOT NULL DEFAULT 0;
+-- 1 once the task got a child edge that is not done yet (set under the task's row lock, with
+-- the edge; never cleared). An ack reads it from the row it completes: after waiting for that
+-- row's lock, READ COMMITTED gives the statement the row's new version but not a new snapshot
+-- of task_deps, so only a flag on the row itself can show a child enqueued meanwhile (§5.2).
+ALTER TABLE {prefix}tasks ADD COLUMN has_children BIGINT NOT NULL DEFAULT 0;
+UPDATE {prefix}tasks SET has_children = 1
+    WHERE id IN (SELECT parent_id FROM {prefix}task_deps WHERE done = 0);
 -- Retention scans finished tasks by finish time.
 CREATE INDEX {prefix}idx_finished ON {prefix}tasks (finished_at, id) WHERE finished_at > 0;

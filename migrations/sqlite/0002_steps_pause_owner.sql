@@ -12,6 +12,12 @@ CREATE TABLE {prefix}paused_queues (
     paused_at INTEGER NOT NULL
 );
 ALTER TABLE {prefix}quota ADD COLUMN period INTEGER NOT NULL DEFAULT 0;
+-- 1 once the task got a child edge that is not done yet (set under the task's row lock, with
+-- the edge; never cleared): an ack reads it from the row it completes, so a child enqueued
+-- while the ack waited for that row is never missed (contract §5.2). Existing open edges set it.
+ALTER TABLE {prefix}tasks ADD COLUMN has_children INTEGER NOT NULL DEFAULT 0;
+UPDATE {prefix}tasks SET has_children = 1
+    WHERE id IN (SELECT parent_id FROM {prefix}task_deps WHERE done = 0);
 -- Claims, the next-due probe and queue_len read claimable tasks of one queue in (run_at, id)
 -- order; the reaper reads running tasks, defensive repair blocked ones, both in id order.
 CREATE INDEX {prefix}idx_ready ON {prefix}tasks (queue, run_at, id)

@@ -16,8 +16,13 @@ use crate::value::Cols;
 use crate::{Kind, Value};
 
 /// The ack of `n` tasks as one `UPDATE … RETURNING`: every column (`full`, for Notify
-/// snapshots) or just the ID, then the "has open child edges" flag. Arguments: (id, result)
+/// snapshots) or just the ID, then the row's `has_children` flag. Arguments: (id, result)
 /// pairs, now, the IDs, (id, token) pairs.
+///
+/// The flag is read from the updated row, never from `task_deps`: when this statement waits
+/// for a row a child's enqueue holds (§5.2), READ COMMITTED re-reads the row after the wait but
+/// keeps the statement's old snapshot for every other table, so an `EXISTS` over the edges
+/// would miss the child that enqueue just committed. The enqueue sets the flag on the row.
 pub(crate) fn ack_returning_sql(core: &Core, n: usize, full: bool) -> Arc<str> {
     let name = if full { "ack_returning_full" } else { "ack_returning" };
     core.sql_sized(name, (n, 0), || {
@@ -27,8 +32,7 @@ pub(crate) fn ack_returning_sql(core: &Core, n: usize, full: bool) -> Arc<str> {
             "UPDATE {{tasks}} SET status = 'completed', result = CASE id{cases} END, \
              finished_at = ?, lease_token = '', lease_until = 0, cancel_requested = 0 \
              WHERE id IN ({ids}) AND status = 'running' AND lease_token = CASE id{cases} END \
-             RETURNING {returned}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE \
-             d.parent_id = {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END",
+             RETURNING {returned}, has_children",
             ids = placeholders(n)
         )
     })
@@ -77,9 +81,6 @@ pub(crate) async fn ack_many(
         if *has_children {
             finished.push((id.clone(), Status::Completed));
         }
-    }
-    if !acked.is_empty() {
-        tx.wake();
     }
     finished.sort();
     propagate(tx, finished).await?;

@@ -4,7 +4,7 @@
 use taskgate::decide::{submit_decision, SubmitDecision};
 use taskgate::{id, Error, ExistingTask, Status, Task};
 
-use super::{id_status, lock_statuses};
+use super::{id_status, lock_statuses, mark_has_children};
 use crate::core::{Tx, TxFail};
 use crate::row::TaskRow;
 use crate::{Kind, Value};
@@ -39,6 +39,7 @@ pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxF
     let sql = tx.core.sql(INSERT_SQL);
     tx.exec(&sql, &row.insert_args()).await?;
     insert_edges(tx, &row.task.id, &statuses).await?;
+    mark_has_children(tx, &statuses).await?;
     tx.snapshot(&row.task);
     if row.task.status == Status::Pending {
         tx.wake();

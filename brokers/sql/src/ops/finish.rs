@@ -58,21 +58,16 @@ pub(crate) async fn ack_many(
     for row in &done {
         tx.snapshot(&row.task);
     }
-    if !done.is_empty() {
-        tx.wake();
-    }
     propagate(tx, finished).await?;
     Ok(outcomes)
 }
 
-/// The ack's locking read of `n` tasks with their "has open child edges" flag. Arguments:
-/// the IDs.
+/// The ack's locking read of `n` tasks with their `has_children` flag (read from the locked
+/// row itself, see [`ack_returning_sql`](super::ack::ack_returning_sql)). Arguments: the IDs.
 pub(crate) fn ack_lock_sql(core: &Core, n: usize) -> Arc<str> {
     core.sql_sized("ack_lock", (n, 0), || {
         format!(
-            "SELECT {{cols}}, CASE WHEN EXISTS (SELECT 1 FROM {{deps}} d WHERE d.parent_id = \
-             {{tasks}}.id AND d.done = 0) THEN 1 ELSE 0 END FROM {{tasks}} WHERE id IN ({}) \
-             ORDER BY id{{lock}}",
+            "SELECT {{cols}}, has_children FROM {{tasks}} WHERE id IN ({}) ORDER BY id{{lock}}",
             placeholders(n)
         )
     })
@@ -155,9 +150,11 @@ pub(crate) async fn fail(
     }
     write_row(tx, &row, Also::Nothing).await?;
     tx.snapshot(&row.task);
-    tx.wake();
     if out.status == Status::Failed {
+        // Claimers wake only if propagation made a child claimable.
         propagate(tx, vec![(row.task.id.clone(), Status::Failed)]).await?;
+    } else {
+        tx.wake();
     }
     Ok(())
 }
@@ -183,7 +180,6 @@ async fn cancel_row(tx: &mut Tx<'_>, mut row: TaskRow) -> Result<(), TxFail> {
     row.task.last_error = texts::CANCELED.to_owned();
     write_row(tx, &row, Also::Nothing).await?;
     tx.snapshot(&row.task);
-    tx.wake();
     propagate(tx, vec![(row.task.id.clone(), Status::Canceled)]).await
 }
 
@@ -243,9 +239,10 @@ pub(crate) async fn save_step(
     }
     write_row(tx, &row, Also::Cursor).await?;
     tx.snapshot(&row.task);
-    tx.wake();
     if canceled {
         propagate(tx, vec![(row.task.id.clone(), Status::Canceled)]).await?;
+    } else {
+        tx.wake();
     }
     Ok(canceled)
 }

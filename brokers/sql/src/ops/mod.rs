@@ -82,6 +82,29 @@ pub(crate) async fn lock_statuses(
     rows.iter().map(|r| id_status(r)).collect()
 }
 
+/// Sets `has_children` on the parents of new not-done edges (the non-terminal ones of
+/// `parents`), which the caller has locked: an ack reads the flag from the row it completes
+/// (see [`ack::ack_returning_sql`]). Over-marking is harmless; a missed mark is a lost wake-up.
+pub(crate) async fn mark_has_children(
+    tx: &mut Tx<'_>,
+    parents: &[(&str, Status)],
+) -> Result<(), TxFail> {
+    let open: Vec<&str> =
+        parents.iter().filter(|(_, s)| !s.is_terminal()).map(|(id, _)| *id).collect();
+    if open.is_empty() {
+        return Ok(());
+    }
+    let sql = tx.core.sql_sized("mark_has_children", (open.len(), 0), || {
+        format!(
+            "UPDATE {{tasks}} SET has_children = 1 WHERE id IN ({}) AND has_children = 0",
+            placeholders(open.len())
+        )
+    });
+    let args: Vec<Value> = open.iter().map(|id| Value::from(*id)).collect();
+    tx.exec(&sql, &args).await?;
+    Ok(())
+}
+
 /// Decodes an `(id, status)` row.
 pub(crate) fn id_status(row: &[Value]) -> Result<(String, Status), TxFail> {
     let c = crate::value::Cols(row);

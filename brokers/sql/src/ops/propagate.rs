@@ -51,7 +51,6 @@ pub(crate) async fn propagate(
                     finish(&mut child, Status::Canceled, now)?;
                     child.task.last_error = texts::parent_final(&parent, status);
                     tx.snapshot(&child.task);
-                    tx.wake();
                     queue.push_back((child.task.id.clone(), Status::Canceled));
                 }
                 ChildAction::None if before == (child.task.status, child.pending_parents) => {

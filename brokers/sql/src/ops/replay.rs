@@ -3,7 +3,7 @@
 use taskgate::decide::{check_replay, check_resume, resume_decision};
 use taskgate::{id, Error, ReplayRequest, Status, Task};
 
-use super::{decode_all, lock_statuses, lock_task, release, write_row, Also};
+use super::{decode_all, lock_statuses, lock_task, mark_has_children, release, write_row, Also};
 use crate::core::{Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_KINDS};
@@ -61,14 +61,20 @@ pub(crate) async fn replay(tx: &mut Tx<'_>, req: &ReplayRequest) -> Result<Task,
 }
 
 /// Resume: same ID back to pending or blocked, counters zeroed, edges re-armed.
+///
+/// Locks the parents before the task, the order propagation takes (a finishing parent, then
+/// its children), and reads the parents' statuses under their locks: a parent finishing at
+/// the same time either committed first (its edge is re-armed done) or waits and then sees
+/// `has_children` (§5.2).
 pub(crate) async fn resume(tx: &mut Tx<'_>, id: &str) -> Result<Task, TxFail> {
+    let parents = stored_parents(tx, id).await?;
+    let refs: Vec<&str> = parents.iter().map(String::as_str).collect();
+    let found = lock_statuses(tx, &refs).await?;
     let mut row = lock_task(tx, id).await?.ok_or_else(|| Error::not_found(id))?;
     let replayed = is_replayed(tx, id).await?;
     check_resume(id, row.task.status, replayed)?;
-    let parents = row.task.distinct_parents();
-    let found = lock_statuses(tx, &parents).await?;
-    let mut ordered = Vec::with_capacity(parents.len());
-    for p in &parents {
+    let mut ordered = Vec::with_capacity(refs.len());
+    for p in &refs {
         match found.iter().find(|(pid, _)| pid == p) {
             Some((pid, s)) => ordered.push((pid.as_str(), *s)),
             None => {
@@ -92,11 +98,25 @@ pub(crate) async fn resume(tx: &mut Tx<'_>, id: &str) -> Result<Task, TxFail> {
     rearm_edges(tx, id, &ordered).await?;
     write_row(tx, &row, Also::Nothing).await?;
     tx.snapshot(&row.task);
-    tx.wake();
+    if row.task.status == Status::Pending {
+        tx.wake();
+    }
     Ok(row.task)
 }
 
-/// Edge `done` = 1 for terminal parents, 0 for the others (docs/decisions.md).
+/// The distinct parents of `id` from its stored list, read without a lock (`depends_on`
+/// never changes); `NotFound` when the task does not exist.
+async fn stored_parents(tx: &mut Tx<'_>, id: &str) -> Result<Vec<String>, TxFail> {
+    let sql = tx.core.sql("SELECT depends_on FROM {tasks} WHERE id = ?");
+    let rows = tx.fetch(&sql, &[Value::from(id)], &[Kind::Text]).await?;
+    let row = rows.first().ok_or_else(|| Error::not_found(id))?;
+    let list = crate::row::parse_depends_on(&crate::value::Cols(row).text(0)?)?;
+    let mut seen = std::collections::HashSet::new();
+    Ok(list.into_iter().filter(|p| seen.insert(p.clone())).collect())
+}
+
+/// Edge `done` = 1 for terminal parents, 0 for the others (docs/decisions.md); the others get
+/// `has_children`. The caller holds the parents' row locks and read their statuses under them.
 pub(crate) async fn rearm_edges(
     tx: &mut Tx<'_>,
     child: &str,
@@ -116,5 +136,5 @@ pub(crate) async fn rearm_edges(
         args.extend(ids.iter().map(|p| Value::from(*p)));
         tx.exec(&sql, &args).await?;
     }
-    Ok(())
+    mark_has_children(tx, parents).await
 }
