@@ -4,9 +4,10 @@
 --
 -- Idempotent for a re-run after a crash (MySQL DDL is not transactional): an `ADD COLUMN` that
 -- already ran fails with 1060, an `ADD KEY` with 1061 and a `DROP KEY` with 1091; the runner
--- treats all three as "already applied". Each ALTER changes one thing, so a partly applied file resumes cleanly. `cursor` is a
--- reserved word in MySQL and MariaDB and is always written quoted.
-ALTER TABLE {prefix}tasks ADD COLUMN `cursor` LONGBLOB NULL;
+-- treats all three as "already applied". Each ALTER changes one thing, so a partly applied
+-- file resumes cleanly. The step checkpoint (`Task::cursor`) is `step_cursor`: `cursor` is a
+-- reserved word in MySQL and MariaDB.
+ALTER TABLE {prefix}tasks ADD COLUMN step_cursor LONGBLOB NULL;
 ALTER TABLE {prefix}tasks ADD COLUMN progress BIGINT NULL;
 ALTER TABLE {prefix}tasks ADD COLUMN message TEXT NOT NULL DEFAULT ('');
 ALTER TABLE {prefix}tasks ADD COLUMN steps BIGINT NOT NULL DEFAULT 0;

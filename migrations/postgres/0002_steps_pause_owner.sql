@@ -1,7 +1,8 @@
 -- taskgate schema version 2 (PostgreSQL): stepwise tasks (extensions §E3), operator resume
 -- (§E5), owner (§E9), queue pause (§E4), quota window length for prune (§E16), and the index
 -- retention needs.
-ALTER TABLE {prefix}tasks ADD COLUMN cursor BYTEA;
+-- The step checkpoint (`Task::cursor`); not named `cursor`, a reserved word in MySQL.
+ALTER TABLE {prefix}tasks ADD COLUMN step_cursor BYTEA;
 ALTER TABLE {prefix}tasks ADD COLUMN progress BIGINT;
 ALTER TABLE {prefix}tasks ADD COLUMN message TEXT NOT NULL DEFAULT '';
 ALTER TABLE {prefix}tasks ADD COLUMN steps BIGINT NOT NULL DEFAULT 0;

@@ -1,7 +1,8 @@
 -- taskgate schema version 2 (SQLite): stepwise tasks (extensions §E3), operator resume (§E5),
 -- owner (§E9), queue pause (§E4), quota window length for prune (§E16), and hot-path indexes
 -- that hold only the rows their statements want (§E6: finished rows never enter them).
-ALTER TABLE {prefix}tasks ADD COLUMN cursor BLOB;
+-- The step checkpoint (`Task::cursor`); not named `cursor`, a reserved word in MySQL.
+ALTER TABLE {prefix}tasks ADD COLUMN step_cursor BLOB;
 ALTER TABLE {prefix}tasks ADD COLUMN progress INTEGER;
 ALTER TABLE {prefix}tasks ADD COLUMN message TEXT NOT NULL DEFAULT '';
 ALTER TABLE {prefix}tasks ADD COLUMN steps INTEGER NOT NULL DEFAULT 0;

@@ -3,8 +3,8 @@
 //!
 //! Every connection of the pool is set up once, when it opens: READ COMMITTED (extensions §E6:
 //! at REPEATABLE READ concurrent inserts and completions deadlock on gap locks) and a short
-//! `innodb_lock_wait_timeout`, so a lock wait surfaces as 1205 in seconds, not in 50. Every
-//! statement passes through [`rewrite::for_mysql`](crate::rewrite) on its way out.
+//! `innodb_lock_wait_timeout`, so a lock wait surfaces as 1205 in seconds, not in 50. Statements
+//! go to the server exactly as the engine wrote them for [`MySqlDialect`](crate::MySqlDialect).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,8 +15,8 @@ use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
 use sqlx::{Connection, Transaction};
 use taskgate_sql::{Adapter, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx};
 
+use crate::codec;
 use crate::dialect::is_connection_lost;
-use crate::{codec, rewrite};
 
 /// How long after a lost connection every pooled connection is pinged before use.
 const SUSPECT_FOR: Duration = Duration::from_secs(5);
@@ -87,7 +87,7 @@ impl StatementLog {
     }
 }
 
-/// Runs statements on one connection, rewriting them for MySQL, recording them if asked, and
+/// Runs statements on one connection, recording them if asked, and
 /// reporting lost connections to the pool's [`Health`].
 #[derive(Clone, Debug, Default)]
 struct Runner {
@@ -102,11 +102,10 @@ impl Runner {
         sql: &str,
         args: &[Value],
     ) -> DbResult<u64> {
-        let sql = rewrite::for_mysql(sql);
         if let Some(log) = &self.log {
-            log.record(&sql);
+            log.record(sql);
         }
-        let done = codec::bind(&sql, args).execute(conn).await;
+        let done = codec::bind(sql, args).execute(conn).await;
         done.map(|r| r.rows_affected()).inspect_err(|e| self.health.observe(e))
     }
 
@@ -117,11 +116,10 @@ impl Runner {
         args: &[Value],
         kinds: &[Kind],
     ) -> DbResult<Vec<Row>> {
-        let sql = rewrite::for_mysql(sql);
         if let Some(log) = &self.log {
-            log.record(&sql);
+            log.record(sql);
         }
-        let rows = codec::bind(&sql, args).fetch_all(conn).await;
+        let rows = codec::bind(sql, args).fetch_all(conn).await;
         codec::decode_rows(&rows.inspect_err(|e| self.health.observe(e))?, kinds)
     }
 }

@@ -142,6 +142,29 @@ impl Dialect for MySqlDialect {
         ClaimShape::SelectThenUpdate
     }
 
+    fn ready_condition(&self, queue_test: &str) -> String {
+        // `ready_queue` (migration 0002) holds `queue` exactly while the task is pending or
+        // retrying and NULL otherwise, so this selects the same rows as `queue <test> AND
+        // status IN ('pending', 'retrying')`. On `idx_ready (ready_queue, run_at, id)` a
+        // claim's `ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED` walks the index in
+        // order and stops after n unlocked rows; finished rows are never in the range. With
+        // the status range instead, MySQL sorts, and locks every ready row of the queue until
+        // commit (concurrent claimers then find nothing; measured on MariaDB 10.11).
+        format!("ready_queue {queue_test}")
+    }
+
+    fn ready_index_hint(&self, prefix: &str) -> String {
+        // `ready_queue` is NULL for every finished row, and InnoDB's per-key average (NULLs
+        // counted as one value) can make a table scan look cheaper than the ready index
+        // (observed on MariaDB 10.11 after ANALYZE with 4,000 finished rows).
+        format!(" FORCE INDEX ({prefix}idx_ready)")
+    }
+
+    fn table_options(&self) -> &'static str {
+        // As every table of the migrations: byte-compared utf8mb4 in InnoDB.
+        " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    }
+
     fn limit_all(&self) -> &'static str {
         "9223372036854775807"
     }

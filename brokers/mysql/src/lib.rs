@@ -57,7 +57,6 @@ mod codec;
 pub mod dialect;
 mod migrations;
 mod options;
-mod rewrite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -150,14 +149,10 @@ impl MySqlBroker {
     }
 
     /// The engine's hot statements (claim, next-due, ack, reap, propagation, repair) exactly as
-    /// this backend sends them to the server — after the MySQL rewrites — with representative
-    /// arguments, for `EXPLAIN` checks (extensions §E6).
+    /// this backend sends them to the server, with representative arguments, for `EXPLAIN`
+    /// checks (extensions §E6).
     pub fn hot_statements(&self, queue: &str, id: &str, now: Timestamp) -> Vec<HotStatement> {
-        let mut statements = self.inner.hot_statements(queue, id, now);
-        for s in &mut statements {
-            s.sql = rewrite::for_mysql(&s.sql).into_owned();
-        }
-        statements
+        self.inner.hot_statements(queue, id, now)
     }
 
     /// The engine broker inside.
@@ -165,7 +160,7 @@ impl MySqlBroker {
         &self.inner
     }
 
-    /// Every distinct statement text this handle ran (after the MySQL rewrites), when built
+    /// Every distinct statement text this handle ran, when built
     /// with `MySqlOptions::record_statements` (feature `testing`); empty otherwise.
     pub fn recorded_statements(&self) -> Vec<String> {
         self.log.as_ref().map(|l| l.snapshot()).unwrap_or_default()

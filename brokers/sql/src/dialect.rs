@@ -145,6 +145,33 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// The condition selecting the claimable (pending or retrying) tasks of the queues that
+    /// `queue_test` matches (`= ?` or `IN (?, …)`), written so the dialect's ready index
+    /// serves it. Claims, the next-due probe and `queue_len` use it.
+    ///
+    /// Default: `queue <test> AND status IN ('pending', 'retrying')`, for a partial index on
+    /// `(queue, run_at, id) WHERE status IN ('pending', 'retrying')` (SQLite, PostgreSQL).
+    /// MySQL/MariaDB have no partial indexes: `ready_queue <test>`, a STORED generated column
+    /// that holds `queue` exactly while the task is claimable, indexed with `(run_at, id)`.
+    fn ready_condition(&self, queue_test: &str) -> String {
+        format!("queue {queue_test} AND status IN ('pending', 'retrying')")
+    }
+
+    /// Written right after the tasks table's name in statements that read ready tasks
+    /// ([`Dialect::ready_condition`]), e.g. MySQL ` FORCE INDEX (<prefix>idx_ready)` so the
+    /// plan cannot flip to a table scan when statistics undercount the ready rows. Default
+    /// empty.
+    fn ready_index_hint(&self, prefix: &str) -> String {
+        let _ = prefix;
+        String::new()
+    }
+
+    /// Options appended to the `CREATE TABLE` of the migration runner's own table
+    /// (`<prefix>schema_migrations`), e.g. MySQL's engine and collation. Default empty.
+    fn table_options(&self) -> &'static str {
+        ""
+    }
+
     /// The LIMIT value meaning "all rows" when only an offset is given (SQLite `-1`,
     /// PostgreSQL/MySQL `9223372036854775807`).
     fn limit_all(&self) -> &'static str;

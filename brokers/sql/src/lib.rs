@@ -8,9 +8,11 @@
 //!   (`BEGIN IMMEDIATE` on SQLite), serves reads from a pool, hands out a migration
 //!   [`Session`];
 //! * a [`Dialect`] — placeholders (`?` / `$n`), server time in ms, row-lock clauses, the claim
-//!   and quota statement shapes, the in-transaction wake statement, the DDL lock, and error
-//!   classification on the driver's structured error (retry class, unique violations,
-//!   already-applied DDL);
+//!   and quota statement shapes, how ready tasks are selected and which index serves them,
+//!   table options, the in-transaction wake statement, the DDL lock, and error classification
+//!   on the driver's structured error (retry class, unique violations, already-applied DDL).
+//!   Statements reach the driver exactly as the engine rendered them: an adapter never
+//!   rewrites SQL;
 //! * its migrations (`migrations/<dialect>/NNNN_name.sql`, see [`Migration`]);
 //! * a public newtype (`SqliteBroker`, `PgBroker`, `MySqlBroker`) that forwards the trait with
 //!   [`delegate_broker!`] and adds backend-only abilities (`enqueue_in`, LISTEN/NOTIFY).
@@ -50,7 +52,8 @@
 //! bind [`Value::Null`] with its kind's SQL type), implement [`Dialect`], write the two
 //! migrations with the same numbers and names as `migrations/sqlite/`, and wrap [`SqlBroker`]
 //! ([`EngineConfig::migrate_on_init`] = true for server databases). The schema must have the
-//! columns of [`row::TASK_COLUMNS`] and the tables `{prefix}tasks`, `{prefix}task_deps`,
+//! columns of [`row::TASK_COLUMNS`] plus `has_children` (integer, default 0: set on a task
+//! whenever it gets a child edge that is not done) and the tables `{prefix}tasks`, `{prefix}task_deps`,
 //! `{prefix}quota` (`qkey, win, used, period`) and `{prefix}paused_queues(queue, paused_at)`.
 //! IDs must compare by bytes (PostgreSQL: `COLLATE "C"`; MySQL: `utf8mb4_bin`). Statements the
 //! engine runs, and what they need from indexes, are listed by [`SqlBroker::hot_statements`]

@@ -50,10 +50,11 @@ pub fn split_statements(sql: &str) -> Vec<String> {
 }
 
 /// The runner's own table; created by the runner, not by a migration.
-fn migrations_table(prefix: &str) -> String {
+fn migrations_table(prefix: &str, dialect: &dyn Dialect) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {prefix}schema_migrations (version BIGINT NOT NULL PRIMARY KEY, \
-         name VARCHAR(255) NOT NULL, applied_at BIGINT NOT NULL)"
+         name VARCHAR(255) NOT NULL, applied_at BIGINT NOT NULL){}",
+        dialect.table_options()
     )
 }
 
@@ -77,7 +78,7 @@ pub async fn migrate(
         if let Some(lock) = &lock {
             take_lock(session.as_mut(), dialect, lock).await?;
         }
-        session.execute(&migrations_table(prefix), &[]).await?;
+        session.execute(&migrations_table(prefix, dialect), &[]).await?;
         let mut applied = Vec::new();
         for m in migrations {
             if apply(session.as_mut(), dialect, prefix, m).await? {

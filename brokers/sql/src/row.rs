@@ -11,7 +11,7 @@ use crate::{Kind, Value};
 pub const TASK_COLUMNS: &str = "id, type, queue, payload, status, result, last_error, attempts, \
 max_retry, lease_lost, throttled, run_at, depends_on, on_parent_fail, pending_parents, \
 lease_token, lease_until, cancel_requested, created_at, started_at, finished_at, business_key, \
-replay_of, cursor, progress, message, steps, resumes, owner";
+replay_of, step_cursor, progress, message, steps, resumes, owner";
 
 /// The kinds of [`TASK_COLUMNS`], in order.
 pub const TASK_KINDS: [Kind; 29] = [
@@ -38,7 +38,7 @@ pub const TASK_KINDS: [Kind; 29] = [
     Kind::Int,   // finished_at
     Kind::Text,  // business_key
     Kind::Text,  // replay_of
-    Kind::Bytes, // cursor
+    Kind::Bytes, // step_cursor (Task::cursor)
     Kind::Int,   // progress
     Kind::Text,  // message
     Kind::Int,   // steps

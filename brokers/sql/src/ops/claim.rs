@@ -13,14 +13,20 @@ use crate::dialect::{placeholders, ClaimShape};
 use crate::row::{TaskRow, TASK_KINDS};
 use crate::{Kind, Value};
 
-/// The ready-task condition for `n` queues: one queue uses the partial claim index directly;
-/// several use `IN (…)`. Paused queues never match.
-fn ready_where(n: usize) -> String {
-    let queue =
-        if n == 1 { "queue = ?".to_owned() } else { format!("queue IN ({})", placeholders(n)) };
+/// The tasks table as statements reading ready tasks name it: with the dialect's index hint.
+pub(crate) fn ready_from(core: &Core) -> String {
+    format!("{{tasks}}{}", core.dialect.ready_index_hint(&core.prefix))
+}
+
+/// The claimable tasks of `n` queues, due by `?` ([`Dialect::ready_condition`] with `= ?` for
+/// one queue, `IN (…)` for several). Paused queues never match.
+///
+/// [`Dialect::ready_condition`]: crate::Dialect::ready_condition
+fn ready_where(core: &Core, n: usize) -> String {
+    let test = if n == 1 { "= ?".to_owned() } else { format!("IN ({})", placeholders(n)) };
     format!(
-        "{queue} AND status IN ('pending', 'retrying') AND run_at <= ? \
-         AND queue NOT IN (SELECT queue FROM {{paused}})"
+        "{} AND run_at <= ? AND queue NOT IN (SELECT queue FROM {{paused}})",
+        core.dialect.ready_condition(&test)
     )
 }
 
@@ -46,16 +52,22 @@ impl ProbeResult {
     }
 }
 
-/// The probe for `n` queues: the earliest claimable `run_at` per queue (each an index seek on
-/// `idx_ready`), and the medium's now. Arguments: now override, then the queues.
+/// The probe for `n` queues: the earliest claimable `run_at` of each unpaused queue, and the
+/// medium's now. Arguments: now override, then the queues.
+///
+/// Per queue the first entry of the ready index (`ORDER BY run_at LIMIT 1`, one index entry
+/// read), then the paused check on that one row — every ready row of the arm has the same
+/// queue. A `MIN(run_at)` with the paused check per row makes MariaDB read every ready row of
+/// the queue on each poll (about 250 ms at 50,000 ready tasks).
 pub(crate) fn probe_sql(core: &Core, n: usize) -> std::sync::Arc<str> {
     core.sql_sized("probe", (n, 0), || {
-        let per_queue = vec![
-            "SELECT MIN(run_at) AS m FROM {tasks} WHERE queue = ? AND status IN \
-             ('pending', 'retrying') AND queue NOT IN (SELECT queue FROM {paused})";
-            n
-        ]
-        .join(" UNION ALL ");
+        let first = format!(
+            "SELECT r.run_at AS m FROM (SELECT run_at, queue FROM {from} WHERE {ready} \
+             ORDER BY run_at LIMIT 1) r WHERE r.queue NOT IN (SELECT queue FROM {{paused}})",
+            from = ready_from(core),
+            ready = core.dialect.ready_condition("= ?"),
+        );
+        let per_queue = vec![first; n].join(" UNION ALL ");
         format!("SELECT MIN(m), COALESCE(?, {{now}}) FROM ({per_queue}) e")
     })
 }
@@ -73,9 +85,10 @@ pub(crate) fn claim_update_sql(
         format!(
             "UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
              lease_until = {lease}, started_at = CASE WHEN started_at = 0 THEN ? ELSE \
-             started_at END WHERE id IN (SELECT id FROM {{tasks}} WHERE {ready} \
+             started_at END WHERE id IN (SELECT id FROM {from} WHERE {ready} \
              ORDER BY run_at, id LIMIT ?) RETURNING {{cols}}",
-            ready = ready_where(n),
+            from = ready_from(core),
+            ready = ready_where(core, n),
         )
     })
 }
@@ -84,8 +97,9 @@ pub(crate) fn claim_update_sql(
 pub(crate) fn claim_select_sql(core: &Core, n: usize) -> std::sync::Arc<str> {
     core.sql_sized("claim_select", (n, 0), || {
         format!(
-            "SELECT {{cols}} FROM {{tasks}} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
-            ready_where(n)
+            "SELECT {{cols}} FROM {} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
+            ready_from(core),
+            ready_where(core, n)
         )
     })
 }

@@ -120,7 +120,7 @@ pub(crate) fn id_status(row: &[Value]) -> Result<(String, Status), TxFail> {
 pub(crate) enum Also {
     /// Only the state columns.
     Nothing,
-    /// The state columns and `cursor` (save_step).
+    /// The state columns and `step_cursor` (save_step).
     Cursor,
 }
 
@@ -133,7 +133,7 @@ pub(crate) async fn write_row(tx: &mut Tx<'_>, row: &TaskRow, also: Also) -> Res
     const WITH_CURSOR: &str = "UPDATE {tasks} SET status = ?, last_error = ?, attempts = ?, \
         lease_lost = ?, throttled = ?, run_at = ?, pending_parents = ?, lease_token = ?, \
         lease_until = ?, cancel_requested = ?, started_at = ?, finished_at = ?, progress = ?, \
-        message = ?, steps = ?, resumes = ?, cursor = ? WHERE id = ?";
+        message = ?, steps = ?, resumes = ?, step_cursor = ? WHERE id = ?";
     let t = &row.task;
     let ms = |ts: Option<Timestamp>| Value::Int(ts.map_or(0, Timestamp::as_millis));
     let mut args = vec![

@@ -62,8 +62,10 @@ pub(crate) async fn list(core: &Core, filter: &Filter) -> Result<Vec<Task>> {
 
 /// Pending and retrying tasks of `queue`, delayed ones included.
 pub(crate) async fn queue_len(core: &Core, queue: &str) -> Result<u64> {
-    let sql = core
-        .sql("SELECT COUNT(*) FROM {tasks} WHERE queue = ? AND status IN ('pending', 'retrying')");
+    let sql = core.sql_sized("queue_len", (0, 0), || {
+        let from = super::claim::ready_from(core);
+        format!("SELECT COUNT(*) FROM {from} WHERE {}", core.dialect.ready_condition("= ?"))
+    });
     let rows = read(core, &sql, &[Value::from(queue)], &[Kind::Int]).await?;
     let n = decoded(core, Cols(rows.first().map(Vec::as_slice).unwrap_or_default()).int(0))?;
     Ok(u64::try_from(n).unwrap_or(0))
