@@ -9,11 +9,11 @@ use crate::{task, CaseResult, Factory, Harness, REAL_WINDOW, SAFETY_TIMEOUT};
 
 /// Given `fin` and `rt` running from queue qp, pending `p1` (qp), `o1` and `par` (qo) and `pc`
 /// (qp) blocked on `par`, when qp is paused (twice; `ahead` was paused before it had tasks),
-/// then queue_len and counts are unchanged, both handles list [ahead, qp] and neither claims
-/// from qp while a claim over [qp, qo] gets `o1`. While paused, `pc` wakes when `par` is acked,
+/// then queue_len and counts are unchanged, both handles list `[ahead, qp]` and neither claims
+/// from qp while a claim over `[qp, qo]` gets `o1`. While paused, `pc` wakes when `par` is acked,
 /// a new `p2` lands pending, `fin` completes, `rt` fails into retrying, `cx` cancels, and qp
 /// holds 4 claimable tasks. resume_queue wakes a dequeue waiting on qp, which gets `p1`; both
-/// handles then list [ahead] and the second handle claims `p2`; resuming again is fine.
+/// handles then list `[ahead]` and the second handle claims `p2`; resuming again is fine.
 pub async fn c25_queue_pause(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?;
     let second = h.second_handle().await?;

@@ -33,10 +33,10 @@ impl World {
 /// with a completed child; gp whose child orph fails later), at t1 (edge) and at t2 (new-c,
 /// orph), running and pending tasks, and keyed chains kc (failed, completed), kd (3 canceled),
 /// kn (failed, pending) and kl (failed at t0, failed at t2), when prune runs with cutoff t1,
-/// then: a non-terminal status is `InvalidInput` (statuses); [failed] deletes old-f only; all
+/// then: a non-terminal status is `InvalidInput` (statuses); `[failed]` deletes old-f only; all
 /// statuses with limit 2 then no limit delete old-c, old-x, par-done, done-child and gp
 /// (2 + 3) but never par-live, edge, new-c or a keyed task; orph can no longer resume; with
-/// include_keyed, [failed] deletes nothing (no chain qualifies whole), [canceled] with limit 2
+/// include_keyed, `[failed]` deletes nothing (no chain qualifies whole), `[canceled]` with limit 2
 /// leaves kd (it would cross the limit) and with limit 3 deletes it, all statuses delete kc;
 /// kc and kd re-open while kn stays taken; par-live goes once its child finished; a cutoff in
 /// the future deletes every terminal task and chain but never a running or pending one.

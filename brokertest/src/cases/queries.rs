@@ -227,8 +227,8 @@ async fn check_same_millisecond(h: &Harness) -> CaseResult {
 }
 
 /// Given key k's chain E1 (failed) ← E2 (failed) ← E3 (pending), created 1 s apart, and two
-/// distractors (another key, no key), list by key k returns [E1, E2, E3]; with status failed
-/// two rows; offset 1 limit 1 returns [E2]; an unknown key returns an empty list, no error.
+/// distractors (another key, no key), list by key k returns `[E1, E2, E3]`; with status failed
+/// two rows; offset 1 limit 1 returns `[E2]`; an unknown key returns an empty list, no error.
 pub async fn c21_business_key_query(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?;
     h.enqueue(task("", "report", "q2").with_business_key("k-other")).await;
