@@ -66,7 +66,8 @@
 //! observable: every task with every field, in list order; Counts; QueueLen of every queue;
 //! the paused queues. A divergence shrinks to a minimal sequence printed one step per line,
 //! with the seed to rerun it (`TASKGATE_MODEL_SEED`); [`check_sequence`] replays one fixed
-//! sequence, so a shrunk failure becomes a regression test. The case count comes from
+//! sequence, so a shrunk failure becomes a regression test ([`regressions`] holds the ones
+//! found so far; [`check_regressions`] replays them all). The case count comes from
 //! `TASKGATE_MODEL_CASES` when set; `TASKGATE_MODEL_STATS=1` prints how often each kind of
 //! step ended how.
 //!
@@ -83,6 +84,7 @@ mod gen;
 pub mod history;
 mod identity;
 mod op;
+mod regress;
 mod run;
 mod show;
 mod state;
@@ -94,6 +96,7 @@ pub use history::{history_test, run_history_check, HistoryConfig, HistoryFailure
 pub use op::{
     ListSpec, Op, ReplayTarget, StepSpec, TaskSpec, TokenRef, KEYS, PRESET_IDS, QUEUES, TYPES,
 };
+pub use regress::{check_regressions, regressions, Regression};
 pub use run::{
     check_sequence, model_cases, model_test, run_model_test, ModelFailure, ModelReport, CASES_VAR,
     SEED_VAR, SHRINK_VAR, STEPS_VAR,

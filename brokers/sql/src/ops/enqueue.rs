@@ -74,7 +74,7 @@ async fn build_row(
 }
 
 /// One edge per distinct parent; `done = 1` when the parent is already terminal.
-async fn insert_edges(
+pub(crate) async fn insert_edges(
     tx: &mut Tx<'_>,
     child: &str,
     parents: &[(&str, Status)],

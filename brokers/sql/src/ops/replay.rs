@@ -5,7 +5,6 @@ use taskgate::{id, Error, ReplayRequest, Status, Task};
 
 use super::{decode_all, lock_statuses, lock_task, mark_has_children, release, write_row, Also};
 use crate::core::{Tx, TxFail};
-use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_KINDS};
 use crate::{Kind, Value};
 
@@ -115,26 +114,17 @@ async fn stored_parents(tx: &mut Tx<'_>, id: &str) -> Result<Vec<String>, TxFail
     Ok(list.into_iter().filter(|p| seen.insert(p.clone())).collect())
 }
 
-/// Edge `done` = 1 for terminal parents, 0 for the others (docs/decisions.md); the others get
-/// `has_children`. The caller holds the parents' row locks and read their statuses under them.
+/// Replaces the child's edges with one per parent: `done` = 1 for terminal parents, 0 for the
+/// others (docs/decisions.md), which get `has_children`. Rows are written anew, not updated:
+/// a parent pruned and enqueued again under its ID lost its edges with the prune. The caller
+/// holds the parents' row locks and read their statuses under them.
 pub(crate) async fn rearm_edges(
     tx: &mut Tx<'_>,
     child: &str,
     parents: &[(&str, Status)],
 ) -> Result<(), TxFail> {
-    for done in [false, true] {
-        let ids: Vec<&str> =
-            parents.iter().filter(|(_, s)| s.is_terminal() == done).map(|(p, _)| *p).collect();
-        if ids.is_empty() {
-            continue;
-        }
-        let sql = tx.core.render(&format!(
-            "UPDATE {{deps}} SET done = ? WHERE child_id = ? AND parent_id IN ({})",
-            placeholders(ids.len())
-        ));
-        let mut args = vec![Value::flag(done), Value::from(child)];
-        args.extend(ids.iter().map(|p| Value::from(*p)));
-        tx.exec(&sql, &args).await?;
-    }
+    let sql = tx.core.sql("DELETE FROM {deps} WHERE child_id = ?");
+    tx.exec(&sql, &[Value::from(child)]).await?;
+    super::enqueue::insert_edges(tx, child, parents).await?;
     mark_has_children(tx, parents).await
 }
