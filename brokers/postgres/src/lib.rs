@@ -75,6 +75,10 @@ struct Handle {
     tag: String,
     application_name: String,
     listener: tokio::task::JoinHandle<()>,
+    #[cfg_attr(
+        not(feature = "testing"),
+        expect(dead_code, reason = "read by take_statements, a testing-feature API")
+    )]
     recorder: Option<adapter::Recorder>,
 }
 
