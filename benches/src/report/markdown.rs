@@ -11,7 +11,7 @@ use crate::stats::{ms, rate};
 pub fn render(r: &Report, chart: &str) -> String {
     let mut out = String::new();
     header(&mut out, r);
-    targets(&mut out, r);
+    targets(&mut out, r, "##");
     let _ = writeln!(out, "## Throughput against claimers\n\n![throughput vs claimers]({chart})\n");
     let _ = writeln!(
         out,
@@ -31,7 +31,6 @@ pub fn render(r: &Report, chart: &str) -> String {
 }
 
 fn header(out: &mut String, r: &Report) {
-    let m = &r.machine;
     let _ = writeln!(out, "# taskgate performance\n");
     let _ = writeln!(
         out,
@@ -39,7 +38,13 @@ fn header(out: &mut String, r: &Report) {
          ({:.2} s per claim cell). Numbers are what this machine did in that run, not promises.\n",
         r.started, r.wall_secs, r.cell_secs
     );
-    let _ = writeln!(out, "## Machine\n");
+    machine(out, r, "##");
+}
+
+/// The machine and database settings, under headings of level `h` (`##` or `###`).
+fn machine(out: &mut String, r: &Report, h: &str) {
+    let m = &r.machine;
+    let _ = writeln!(out, "{h} Machine\n");
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(out, "| CPU | {} × {} |", m.cores, m.cpu);
     let _ = writeln!(out, "| RAM | {:.1} GiB |", m.ram_gib);
@@ -58,7 +63,7 @@ fn header(out: &mut String, r: &Report) {
         fsync(&r.fsync.0),
         fsync(&r.fsync.1)
     );
-    let _ = writeln!(out, "## Databases (settings read from the servers)\n");
+    let _ = writeln!(out, "{h} Databases (settings read from the servers)\n");
     for db in &r.databases {
         let settings: Vec<String> =
             db.settings.iter().map(|(k, v)| format!("`{k}` = {v}")).collect();
@@ -70,8 +75,8 @@ fn header(out: &mut String, r: &Report) {
     let _ = writeln!(out);
 }
 
-fn targets(out: &mut String, r: &Report) {
-    let _ = writeln!(out, "## Targets\n");
+fn targets(out: &mut String, r: &Report, h: &str) {
+    let _ = writeln!(out, "{h} Targets\n");
     let _ = writeln!(out, "| Scenario | Target | Measured | Standing |\n|---|---|---|---|");
     for t in evaluate(r) {
         let _ = writeln!(
@@ -84,6 +89,42 @@ fn targets(out: &mut String, r: &Report) {
         );
     }
     let _ = writeln!(out);
+}
+
+/// First line of the README's generated performance section.
+pub const README_BEGIN: &str = "<!-- performance report: begin (written by `report`) -->";
+/// Last line of the README's generated performance section.
+pub const README_END: &str = "<!-- performance report: end -->";
+
+/// The README's performance section: when and how the run was made, the machine and database
+/// settings, the targets and the chart; `page` and `chart` are paths relative to the README.
+pub fn readme_section(r: &Report, page: &str, chart: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "From one run of `cargo run -p benches --release --bin report` on {} ({:.0} s); every \
+         table of that run is in [{page}]({page}). Numbers are what this machine did then, not \
+         promises.\n",
+        r.started, r.wall_secs
+    );
+    machine(&mut out, r, "###");
+    targets(&mut out, r, "###");
+    let _ = writeln!(
+        out,
+        "![throughput vs claimers]({chart})\n\nSolid lines: the broker; dashed: the raw-SQL \
+         ceiling (same batch, same sessions). One queue. Log scales.\n"
+    );
+    out
+}
+
+/// `readme` with the text between [`README_BEGIN`] and [`README_END`] replaced by `section`;
+/// an error when the markers are missing or out of order.
+pub fn splice_readme(readme: &str, section: &str) -> Result<String, String> {
+    let begin = readme.find(README_BEGIN).ok_or("README has no performance begin marker")?;
+    let after = begin + README_BEGIN.len();
+    let end = readme[after..].find(README_END).ok_or("README has no performance end marker")?;
+    let end = after + end;
+    Ok(format!("{}\n\n{}\n{}", &readme[..after], section.trim_end(), &readme[end..]))
 }
 
 fn measured_cells(m: &Option<Result<Measured, String>>) -> (String, String) {
@@ -264,6 +305,22 @@ fn reproduce(out: &mut String) {
          ```\n\n\
          Backends whose URL is unset are skipped with a message. `report --help` lists the \
          options (cell length, backends, output directory). The report writes \
-         `target/performance/performance.{{md,svg}}` and copies them to `docs/`."
+         `target/performance/performance.{{md,svg}}`, copies them to `docs/` and rewrites the \
+         README's performance section."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splice_replaces_only_the_marked_section() {
+        let readme = format!("# x\n\n{README_BEGIN}\nold\n{README_END}\n\n## next\n");
+        let out = splice_readme(&readme, "new table\n").unwrap();
+        assert_eq!(out, format!("# x\n\n{README_BEGIN}\n\nnew table\n{README_END}\n\n## next\n"));
+        assert_eq!(splice_readme(&out, "new table").unwrap(), out, "splicing twice changes nothing");
+        assert!(splice_readme("# no markers", "t").is_err());
+        assert!(splice_readme(&format!("{README_END} {README_BEGIN}"), "t").is_err());
+    }
 }

@@ -26,7 +26,7 @@ OPTIONS:
   --backends <LIST>    comma-separated: memory,sqlite,postgres,mysql (default: all available)
   --retained <N>       finished rows for the degradation runs (default 1000000)
   --out <DIR>          output directory (default <target>/performance)
-  --no-docs            do not copy the results to docs/
+  --no-docs            do not copy the results to docs/ nor rewrite README.md's section
   --quick              a tiny matrix, to check that everything runs (implies --no-docs)
   --wait-quiet         wait up to 2 minutes for the 1-minute load average to drop below 1
   --cell <B,Q,C,N[,raw]>  only run one claim cell (backend, queues, claimers, batch) and print
@@ -186,6 +186,12 @@ fn write(report: &Report, args: &Args) -> Result<()> {
         std::fs::write(docs.join("performance.md"), &md)?;
         std::fs::write(docs.join("performance.svg"), &chart)?;
         eprintln!("report: copied to {}", docs.display());
+        let readme_path = workspace_root().join("README.md");
+        let readme = std::fs::read_to_string(&readme_path)?;
+        let section =
+            markdown::readme_section(report, "docs/performance.md", "docs/performance.svg");
+        std::fs::write(&readme_path, markdown::splice_readme(&readme, &section)?)?;
+        eprintln!("report: rewrote the performance section of {}", readme_path.display());
     }
     print!("{md}");
     Ok(())
