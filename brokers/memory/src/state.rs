@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use taskgate::{Status, Task};
 
-use crate::ptrset::{ByPtr, PtrSet};
+use crate::ptrset::{ByPtr, IdBuild, PtrSet};
 
 /// One dependency edge `(child, parent, done)`, kept on the child (contract §1.1).
 #[derive(Debug, Clone)]
@@ -58,7 +58,7 @@ pub(crate) type ClaimSet = BTreeSet<(i64, Arc<str>)>;
 #[derive(Debug, Default)]
 pub(crate) struct Index {
     /// Per queue, its claimable (pending/retrying) tasks ordered by `(run_at, id)`.
-    pub(crate) claimable: HashMap<String, ClaimSet>,
+    pub(crate) claimable: HashMap<String, ClaimSet, IdBuild>,
     /// Running tasks (the reaper's candidates; it sorts the expired ones by ID).
     pub(crate) running: PtrSet,
     /// Blocked tasks by ID (defensive repair's candidates).
@@ -130,8 +130,9 @@ pub(crate) struct QuotaWindows {
 /// Everything one store holds, guarded by the store's mutex.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// Every task by ID (boxed: the table stays small and growing it moves no records).
-    pub(crate) tasks: HashMap<Arc<str>, Box<Entry>>,
+    /// Every task by ID (boxed: the table stays small and growing it moves no records;
+    /// hashed with [`IdBuild`]: every claim and ack looks a task up here).
+    pub(crate) tasks: HashMap<Arc<str>, Box<Entry>, IdBuild>,
     /// Claim, reap and repair indexes.
     pub(crate) index: Index,
     /// List order: `(created_at ms, id)` of every task.
