@@ -306,9 +306,25 @@ impl Broker for SqlBroker {
         let opts = self.opts()?;
         validate::validate_tasks(tasks, &opts.limits)?;
         let done = in_tx!(&self.core, &opts, "enqueue_many", |tx| async {
+            // Runs of plain tasks (no key, no parents) go out as multi-row INSERTs; the
+            // others one by one, in batch order (a later task may depend on an earlier one).
             let mut stored = Vec::with_capacity(tasks.len());
+            let mut run: Vec<&Task> = Vec::new();
             for task in tasks {
+                if enqueue::is_plain(task) {
+                    run.push(task);
+                    continue;
+                }
+                if !run.is_empty() {
+                    let rows = enqueue::enqueue_plain(&mut tx, &run).await?;
+                    stored.extend(rows.into_iter().map(|r| r.task));
+                    run.clear();
+                }
                 stored.push(enqueue::enqueue(&mut tx, task).await?.task);
+            }
+            if !run.is_empty() {
+                let rows = enqueue::enqueue_plain(&mut tx, &run).await?;
+                stored.extend(rows.into_iter().map(|r| r.task));
             }
             Ok(stored)
         });

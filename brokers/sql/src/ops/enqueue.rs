@@ -1,13 +1,80 @@
 //! Enqueue (contract §3.4, §5.1, §5.2): key pre-check, preset-ID check, parents locked and
 //! checked, the submit decision, the row and its distinct-parent edges.
 
+use std::collections::HashSet;
+
 use taskgate::decide::{submit_decision, SubmitDecision};
 use taskgate::{id, Error, ExistingTask, Status, Task};
 
 use super::{id_status, lock_statuses, mark_has_children};
 use crate::core::{Tx, TxFail};
-use crate::row::TaskRow;
+use crate::dialect::placeholders;
+use crate::row::{TaskRow, TASK_COLUMN_COUNT};
 use crate::{Kind, Value};
+
+/// True for a task [`enqueue_plain`] may store: no business key and no parents.
+pub(crate) fn is_plain(task: &Task) -> bool {
+    task.business_key.is_empty() && task.depends_on.is_empty()
+}
+
+/// Stores a run of validated [plain](is_plain) tasks with one multi-row `INSERT` per chunk
+/// (below the dialect's bind-parameter limit) and returns the stored rows in order.
+///
+/// The outcome is the one [`enqueue`] per task gives: preset IDs are checked with one
+/// `SELECT` per chunk, and the first task (in batch order) whose ID is stored already, or
+/// used by an earlier task of the run, fails the batch with `TaskExists` naming that ID.
+pub(crate) async fn enqueue_plain(
+    tx: &mut Tx<'_>,
+    tasks: &[&Task],
+) -> Result<Vec<TaskRow>, TxFail> {
+    let preset: Vec<&str> =
+        tasks.iter().filter(|t| !t.id.is_empty()).map(|t| t.id.as_str()).collect();
+    let mut taken: HashSet<String> = HashSet::new();
+    let per_select = tx.core.dialect.max_params().max(1);
+    for chunk in preset.chunks(per_select) {
+        let sql = tx.core.sql_sized("enqueue_plain_ids", (chunk.len(), 0), || {
+            format!("SELECT id FROM {{tasks}} WHERE id IN ({})", placeholders(chunk.len()))
+        });
+        let args: Vec<Value> = chunk.iter().map(|id| Value::from(*id)).collect();
+        for row in tx.fetch(&sql, &args, &[Kind::Text]).await? {
+            if let Some(Value::Text(id)) = row.into_iter().next() {
+                taken.insert(id);
+            }
+        }
+    }
+    let mut rows = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let id = if task.id.is_empty() {
+            id::new_ulid()
+        } else {
+            if !taken.insert(task.id.clone()) {
+                return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
+            }
+            task.id.clone()
+        };
+        let decision = submit_decision(std::iter::empty(), task.on_parent_failure);
+        rows.push(build_row(tx, task, id, &decision).await?);
+    }
+    let per_insert = (tx.core.dialect.max_params() / TASK_COLUMN_COUNT).max(1);
+    for chunk in rows.chunks(per_insert) {
+        let sql = tx.core.sql_sized("enqueue_plain_insert", (chunk.len(), 0), || {
+            let row = format!("({})", placeholders(TASK_COLUMN_COUNT));
+            format!("INSERT INTO {{tasks}} ({{cols}}) VALUES {}", vec![row; chunk.len()].join(", "))
+        });
+        let mut args = Vec::with_capacity(chunk.len() * TASK_COLUMN_COUNT);
+        for row in chunk {
+            args.extend(row.insert_args());
+        }
+        tx.exec(&sql, &args).await?;
+    }
+    for row in &rows {
+        tx.snapshot(&row.task);
+        if row.task.status == Status::Pending {
+            tx.wake();
+        }
+    }
+    Ok(rows)
+}
 
 /// Stores one validated task inside the transaction and returns the stored row.
 pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxFail> {
