@@ -45,7 +45,8 @@ impl Txn<'_> {
     fn claim_one(&mut self, key: &str, run_at: Timestamp) -> Result<Task> {
         let (now, opts) = (self.now, self.opts);
         let entry = self.move_task(key, Status::Running, run_at)?;
-        entry.task.lease_token = id::new_ulid();
+        // The token's buffer, cleared when the last lease ended, is reused.
+        id::write_ulid(&mut entry.task.lease_token);
         entry.lease_until = now.saturating_add(opts.ttl(&entry.task.queue)).as_millis();
         entry.task.started_at.get_or_insert(now);
         let snapshot = entry.task.clone();
