@@ -210,7 +210,9 @@ impl Broker for MemoryBroker {
     }
 
     async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {
-        self.write(|txn| Ok(txn.ack_many(items)))
+        let limits = self.inner.life.options()?.limits;
+        let checks = ops::check_ack_items(items, &limits);
+        self.write(|txn| Ok(txn.ack_many(items, checks)))
     }
 
     async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {

@@ -2,10 +2,21 @@
 //! requeue, heartbeat and save_step — each checks first and writes only when every check passed.
 
 use taskgate::decide::{fail_outcome, texts};
-use taskgate::validate::{validate_bytes, validate_id};
+use taskgate::validate::{validate_bytes, validate_id, Limits};
 use taskgate::{AckItem, Error, Failure, Result, Status, Step};
 
 use crate::txn::{close_out, Txn};
+
+/// Each item's argument check for [`Txn::ack_many`]: a valid ID and a result within `limits`.
+pub(crate) fn check_ack_items(items: &[AckItem], limits: &Limits) -> Vec<Result<()>> {
+    items
+        .iter()
+        .map(|item| {
+            validate_id(&item.id)?;
+            validate_bytes("result", item.result.as_deref(), limits)
+        })
+        .collect()
+}
 
 impl Txn<'_> {
     /// Completes a running task with `result` and propagates.
@@ -18,14 +29,19 @@ impl Txn<'_> {
         self.propagate_if(id, Status::Completed, has_children)
     }
 
-    /// Acks each item on its own: a bad item fails only itself.
-    pub(crate) fn ack_many(&mut self, items: &[AckItem]) -> Vec<Result<()>> {
-        let limits = self.opts.limits;
+    /// Acks each item on its own: a bad item fails only itself. `checks` holds each item's
+    /// argument check ([`check_ack_items`], run before the lock is taken); an item that failed
+    /// it keeps that error and is not acked.
+    pub(crate) fn ack_many(
+        &mut self,
+        items: &[AckItem],
+        checks: Vec<Result<()>>,
+    ) -> Vec<Result<()>> {
         items
             .iter()
-            .map(|item| {
-                validate_id(&item.id)?;
-                validate_bytes("result", item.result.as_deref(), &limits)?;
+            .zip(checks)
+            .map(|(item, check)| {
+                check?;
                 self.ack(&item.id, &item.token, item.result.clone())
             })
             .collect()

@@ -98,12 +98,13 @@ impl Index {
         match task.status {
             Status::Pending | Status::Retrying => {
                 if let Some(set) = self.claimable.get_mut(task.queue.as_str()) {
-                    let claim_key = (task.run_at.as_millis(), key.clone());
-                    // A claim takes the head: pop it without searching.
-                    if set.first() == Some(&claim_key) {
+                    let run_at = task.run_at.as_millis();
+                    // A claim takes the head: pop it without searching (or comparing text:
+                    // the head's key is this entry's own `Arc`).
+                    if set.first().is_some_and(|(r, k)| *r == run_at && Arc::ptr_eq(k, key)) {
                         set.pop_first();
                     } else {
-                        set.remove(&claim_key);
+                        set.remove(&(run_at, key.clone()));
                     }
                 }
             }

@@ -195,7 +195,8 @@ impl World {
             3 => self.write(|txn| txn.reap().map(drop)),
             _ => self.write(|txn| {
                 let items = [AckItem { id: id.clone(), token: "stale".into(), result: None }];
-                txn.ack_many(&items);
+                let checks = crate::ops::check_ack_items(&items, &txn.opts.limits);
+                txn.ack_many(&items, checks);
                 Ok(())
             }),
         };
