@@ -124,3 +124,22 @@ impl BuildHasher for IdBuild {
         IdHasher(self.0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_hashes_agree_on_equal_text_and_spread_sequential_ids() {
+        let build = IdBuild::default();
+        let ids: Vec<String> = (0..10_000).map(|_| taskgate::id::new_ulid()).collect();
+        let hashes: HashSet<u64> = ids.iter().map(|id| build.hash_one(id.as_str())).collect();
+        assert_eq!(hashes.len(), ids.len());
+        let key: Arc<str> = Arc::from(ids[0].as_str());
+        assert_eq!(build.hash_one(&key), build.hash_one(ids[0].as_str()));
+        assert_eq!(IdBuild::default().hash_one("queue"), build.hash_one("queue"));
+        // Monotonic IDs differ only in their last characters: the low bits still spread.
+        let buckets: HashSet<u64> = hashes.iter().map(|h| h & 1023).collect();
+        assert!(buckets.len() > 1000, "{} of 1024 buckets used", buckets.len());
+    }
+}
