@@ -189,9 +189,9 @@ impl Broker for MemoryBroker {
     }
 
     async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
-        self.inner.life.options()?;
+        let opts = self.inner.life.options()?;
         check_claim(queues, max)?;
-        self.write(|txn| txn.claim(queues, max))
+        self.inner.store.write(&opts, |txn| txn.claim(queues, max))?
     }
 
     async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
@@ -203,16 +203,16 @@ impl Broker for MemoryBroker {
     }
 
     async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
-        let limits = self.inner.life.options()?.limits;
+        let opts = self.inner.life.options()?;
         validate_id(id)?;
-        validate_bytes("result", result.as_deref(), &limits)?;
-        self.write(|txn| txn.ack(id, token, result))
+        validate_bytes("result", result.as_deref(), &opts.limits)?;
+        self.inner.store.write(&opts, |txn| txn.ack(id, token, result))?
     }
 
     async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {
-        let limits = self.inner.life.options()?.limits;
-        let checks = ops::check_ack_items(items, &limits);
-        self.write(|txn| Ok(txn.ack_many(items, checks)))
+        let opts = self.inner.life.options()?;
+        let checks = ops::check_ack_items(items, &opts.limits);
+        self.inner.store.write(&opts, |txn| txn.ack_many(items, checks))
     }
 
     async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {
