@@ -4,7 +4,7 @@
 
 use taskgate::{id, Timestamp};
 
-use crate::dialect::ClaimShape;
+use crate::dialect::{ClaimShape, TimeSource};
 use crate::ops::{ack, claim, finish, propagate, reap};
 use crate::{SqlBroker, Value};
 
@@ -21,9 +21,13 @@ pub struct HotStatement {
 }
 
 impl SqlBroker {
-    /// The hot statements for a claim on `queue` and an ack of task `id` at time `now`.
+    /// The hot statements for a claim on `queue` and an ack of task `id` at time `now`, in the
+    /// forms this handle runs them (with the server's time read inside the claim and ack
+    /// statements when no injected or local clock gives "now").
     pub fn hot_statements(&self, queue: &str, id: &str, now: Timestamp) -> Vec<HotStatement> {
         let core = self.core();
+        let server_now = core.dialect.time_source() == TimeSource::Server
+            && core.life.options().is_ok_and(|o| core.local_now(&o).is_none());
         let (q, task, t) = (Value::from(queue), Value::from(id), Value::from(now));
         let claim = match core.dialect.claim_shape() {
             ClaimShape::UpdateReturning => HotStatement {
@@ -38,19 +42,29 @@ impl SqlBroker {
                     Value::Int(10),
                 ],
             },
+            ClaimShape::SelectThenUpdate if server_now => HotStatement {
+                name: "claim",
+                sql: claim::claim_select_sql(core, 1, true).to_string(),
+                args: vec![q.clone(), Value::Int(10)],
+            },
             ClaimShape::SelectThenUpdate => HotStatement {
                 name: "claim",
-                sql: claim::claim_select_sql(core, 1).to_string(),
+                sql: claim::claim_select_sql(core, 1, false).to_string(),
                 args: vec![q.clone(), t.clone(), Value::Int(10)],
             },
         };
         let no_result = Value::Null(crate::Kind::Bytes);
         let token = Value::from("token");
         let ack = if core.dialect.update_returning() {
+            let mut args = vec![task.clone(), no_result.clone()];
+            if !server_now {
+                args.push(t.clone());
+            }
+            args.extend([task.clone(), task.clone(), token]);
             vec![HotStatement {
                 name: "ack",
-                sql: ack::ack_returning_sql(core, 1, false).to_string(),
-                args: vec![task.clone(), no_result, t.clone(), task.clone(), task.clone(), token],
+                sql: ack::ack_returning_sql(core, 1, false, server_now).to_string(),
+                args,
             }]
         } else {
             vec![

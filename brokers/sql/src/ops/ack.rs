@@ -19,20 +19,31 @@ use crate::{Kind, Value};
 /// snapshots) or just the ID, then the row's `has_children` flag. Arguments: (id, result)
 /// pairs, now, the IDs, (id, token) pairs.
 ///
+/// With `server_now` (the transaction does not know "now" yet) `finished_at` is the server's
+/// time (`(SELECT {now})`, one value for the statement), the now argument is left out and
+/// every row returns its `finished_at` last: the ack costs no separate `SELECT {now}`.
+///
 /// The flag is read from the updated row, never from `task_deps`: when this statement waits
 /// for a row a child's enqueue holds (§5.2), READ COMMITTED re-reads the row after the wait but
 /// keeps the statement's old snapshot for every other table, so an `EXISTS` over the edges
 /// would miss the child that enqueue just committed. The enqueue sets the flag on the row.
-pub(crate) fn ack_returning_sql(core: &Core, n: usize, full: bool) -> Arc<str> {
-    let name = if full { "ack_returning_full" } else { "ack_returning" };
+pub(crate) fn ack_returning_sql(core: &Core, n: usize, full: bool, server_now: bool) -> Arc<str> {
+    let name = match (full, server_now) {
+        (true, false) => "ack_returning_full",
+        (false, false) => "ack_returning",
+        (true, true) => "ack_returning_full_now",
+        (false, true) => "ack_returning_now",
+    };
     core.sql_sized(name, (n, 0), || {
         let cases = " WHEN ? THEN ?".repeat(n);
         let returned = if full { "{cols}" } else { "id" };
+        let (finished, extra) =
+            if server_now { ("(SELECT {now})", ", finished_at") } else { ("?", "") };
         format!(
             "UPDATE {{tasks}} SET status = 'completed', result = CASE id{cases} END, \
-             finished_at = ?, lease_token = '', lease_until = 0, cancel_requested = 0 \
+             finished_at = {finished}, lease_token = '', lease_until = 0, cancel_requested = 0 \
              WHERE id IN ({ids}) AND status = 'running' AND lease_token = CASE id{cases} END \
-             RETURNING {returned}, has_children",
+             RETURNING {returned}, has_children{extra}",
             ids = placeholders(n)
         )
     })
@@ -96,21 +107,32 @@ async fn complete(
     if items.is_empty() {
         return Ok(HashMap::new());
     }
-    let now = tx.now().await?;
+    let server_now = tx.needs_now();
     let n = items.len();
     let mut args = Vec::with_capacity(5 * n + 1);
     for item in items {
         args.extend([Value::from(&item.id), Value::opt_bytes(item.result.as_deref())]);
     }
-    args.push(Value::from(now));
+    if !server_now {
+        args.push(Value::from(tx.now().await?));
+    }
     args.extend(items.iter().map(|item| Value::from(&item.id)));
     for item in items {
         args.extend([Value::from(&item.id), Value::from(&item.token)]);
     }
     let full = tx.opts.notifier.is_active();
-    let sql = ack_returning_sql(tx.core, n, full);
-    let kinds = if full { super::kinds_plus(&[Kind::Int]) } else { vec![Kind::Text, Kind::Int] };
+    let sql = ack_returning_sql(tx.core, n, full, server_now);
+    let mut kinds =
+        if full { super::kinds_plus(&[Kind::Int]) } else { vec![Kind::Text, Kind::Int] };
+    if server_now {
+        kinds.push(Kind::Int);
+    }
     let rows = tx.fetch(&sql, &args, &kinds).await?;
+    if server_now {
+        if let Some(Value::Int(ms)) = rows.first().and_then(|r| r.get(kinds.len() - 1)) {
+            tx.set_now(taskgate::Timestamp::from_millis(*ms));
+        }
+    }
     let mut acked = HashMap::with_capacity(rows.len());
     for r in &rows {
         let c = Cols(r);

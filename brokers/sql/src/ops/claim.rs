@@ -10,7 +10,7 @@ use taskgate::{id, ResolvedOptions, Status, Task, Timestamp};
 use super::decode_all;
 use crate::core::{Core, Tx, TxFail};
 use crate::dialect::{placeholders, ClaimShape};
-use crate::row::{TaskRow, TASK_KINDS};
+use crate::row::{TaskRow, TASK_COLUMN_COUNT, TASK_KINDS};
 use crate::{Kind, Value};
 
 /// The tasks table as statements reading ready tasks name it: with the dialect's index hint.
@@ -18,14 +18,15 @@ pub(crate) fn ready_from(core: &Core) -> String {
     format!("{{tasks}}{}", core.dialect.ready_index_hint(&core.prefix))
 }
 
-/// The claimable tasks of `n` queues, due by `?` ([`Dialect::ready_condition`] with `= ?` for
-/// one queue, `IN (…)` for several). Paused queues never match.
+/// The claimable tasks of `n` queues, due by `due` (`?`, or the server's time)
+/// ([`Dialect::ready_condition`] with `= ?` for one queue, `IN (…)` for several). Paused
+/// queues never match.
 ///
 /// [`Dialect::ready_condition`]: crate::Dialect::ready_condition
-fn ready_where(core: &Core, n: usize) -> String {
+fn ready_where(core: &Core, n: usize, due: &str) -> String {
     let test = if n == 1 { "= ?".to_owned() } else { format!("IN ({})", placeholders(n)) };
     format!(
-        "{} AND run_at <= ? AND queue NOT IN (SELECT queue FROM {{paused}})",
+        "{} AND run_at <= {due} AND queue NOT IN (SELECT queue FROM {{paused}})",
         core.dialect.ready_condition(&test)
     )
 }
@@ -88,18 +89,25 @@ pub(crate) fn claim_update_sql(
              started_at END WHERE id IN (SELECT id FROM {from} WHERE {ready} \
              ORDER BY run_at, id LIMIT ?) RETURNING {{cols}}",
             from = ready_from(core),
-            ready = ready_where(core, n),
+            ready = ready_where(core, n, "?"),
         )
     })
 }
 
 /// The claim's candidate read for `n` queues. Arguments: queues, now, limit.
-pub(crate) fn claim_select_sql(core: &Core, n: usize) -> std::sync::Arc<str> {
-    core.sql_sized("claim_select", (n, 0), || {
+///
+/// With `server_now` (the transaction does not know "now" yet) the due test reads the
+/// server's time itself (`(SELECT {now})`, one value per statement, usable by the index) and
+/// each row carries the server's time as one more column, so the claim costs no separate
+/// `SELECT {now}`; the now argument is then left out.
+pub(crate) fn claim_select_sql(core: &Core, n: usize, server_now: bool) -> std::sync::Arc<str> {
+    let name = if server_now { "claim_select_now" } else { "claim_select" };
+    core.sql_sized(name, (n, 0), || {
+        let (due, extra) = if server_now { ("(SELECT {now})", ", {now}") } else { ("?", "") };
         format!(
-            "SELECT {{cols}} FROM {} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
+            "SELECT {{cols}}{extra} FROM {} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
             ready_from(core),
-            ready_where(core, n)
+            ready_where(core, n, due)
         )
     })
 }
@@ -138,10 +146,12 @@ pub(crate) async fn claim(
     queues: &[&str],
     max: usize,
 ) -> Result<Vec<Task>, TxFail> {
-    let now = tx.now().await?;
     let mut tasks = match tx.core.dialect.claim_shape() {
-        ClaimShape::UpdateReturning => update_returning(tx, queues, max, now).await?,
-        ClaimShape::SelectThenUpdate => select_then_update(tx, queues, max, now).await?,
+        ClaimShape::UpdateReturning => {
+            let now = tx.now().await?;
+            update_returning(tx, queues, max, now).await?
+        }
+        ClaimShape::SelectThenUpdate => select_then_update(tx, queues, max).await?,
     };
     tasks.sort_by(|a, b| (a.run_at, &a.id).cmp(&(b.run_at, &b.id)));
     for task in &tasks {
@@ -192,16 +202,33 @@ async fn select_then_update(
     tx: &mut Tx<'_>,
     queues: &[&str],
     max: usize,
-    now: Timestamp,
 ) -> Result<Vec<Task>, TxFail> {
-    let sql = claim_select_sql(tx.core, queues.len());
+    let server_now = tx.needs_now();
+    let sql = claim_select_sql(tx.core, queues.len(), server_now);
     let mut args = queue_args(queues);
-    args.push(Value::from(now));
+    if !server_now {
+        args.push(Value::from(tx.now().await?));
+    }
     args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));
-    let rows = decode_all(&tx.fetch(&sql, &args, &TASK_KINDS).await?)?;
-    if rows.is_empty() {
+    let raw = if server_now {
+        let raw = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int])).await?;
+        // The latest of the rows' times: every claimed row was due by it.
+        let latest = raw.iter().filter_map(|r| match r.get(TASK_COLUMN_COUNT) {
+            Some(Value::Int(ms)) => Some(*ms),
+            _ => None,
+        });
+        if let Some(ms) = latest.max() {
+            tx.set_now(Timestamp::from_millis(ms));
+        }
+        raw
+    } else {
+        tx.fetch(&sql, &args, &TASK_KINDS).await?
+    };
+    if raw.is_empty() {
         return Ok(Vec::new());
     }
+    let rows = decode_all(&raw)?;
+    let now = tx.now().await?;
     let claimed: Vec<TaskRow> = rows.into_iter().map(|r| mark_claimed(tx.opts, r, now)).collect();
     let n = claimed.len();
     let sql = tx.core.sql_sized("claim_mark", (n, 0), || {

@@ -63,11 +63,13 @@ pub(crate) async fn ack_many(
 }
 
 /// The ack's locking read of `n` tasks with their `has_children` flag (read from the locked
-/// row itself, see [`ack_returning_sql`](super::ack::ack_returning_sql)). Arguments: the IDs.
+/// row itself, see [`ack_returning_sql`](super::ack::ack_returning_sql)) and the server's time
+/// (piggybacked "now" when the transaction does not know it yet). Arguments: the IDs.
 pub(crate) fn ack_lock_sql(core: &Core, n: usize) -> Arc<str> {
     core.sql_sized("ack_lock", (n, 0), || {
         format!(
-            "SELECT {{cols}}, has_children FROM {{tasks}} WHERE id IN ({}) ORDER BY id{{lock}}",
+            "SELECT {{cols}}, has_children, {{now}} FROM {{tasks}} WHERE id IN ({}) \
+             ORDER BY id{{lock}}",
             placeholders(n)
         )
     })
@@ -95,7 +97,11 @@ async fn lock_with_children(
     }
     let sql = ack_lock_sql(tx.core, ids.len());
     let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
-    let raw = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int])).await?;
+    let raw = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int, Kind::Int])).await?;
+    if let Some(Value::Int(ms)) = raw.first().and_then(|r| r.get(crate::row::TASK_COLUMN_COUNT + 1))
+    {
+        tx.set_now(Timestamp::from_millis(*ms));
+    }
     let mut rows = Vec::with_capacity(raw.len());
     let mut with_children = Vec::new();
     for r in &raw {
