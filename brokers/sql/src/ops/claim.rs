@@ -266,13 +266,26 @@ fn mark_claimed(opts: &ResolvedOptions, mut row: TaskRow, now: Timestamp) -> Tas
 
 /// Returns claimed tasks nobody received to `pending` (token-checked, no counter changed):
 /// the cancel-safety path of extensions §E0.
+///
+/// One set-based `UPDATE` per chunk (below the dialect's bind-parameter limit): the IDs, then
+/// each row's token checked with `CASE id WHEN ? THEN ? END`.
 pub(crate) async fn unclaim(tx: &mut Tx<'_>, tasks: &[Task]) -> Result<(), TxFail> {
-    let sql = tx.core.sql(
-        "UPDATE {tasks} SET status = 'pending', lease_token = '', lease_until = 0 \
-         WHERE id = ? AND status = 'running' AND lease_token = ?",
-    );
-    for task in tasks {
-        tx.exec(&sql, &[Value::from(&task.id), Value::from(&task.lease_token)]).await?;
+    let per_chunk = (tx.core.dialect.max_params() / 3).max(1);
+    for chunk in tasks.chunks(per_chunk) {
+        let n = chunk.len();
+        let sql = tx.core.sql_sized("unclaim", (n, 0), || {
+            format!(
+                "UPDATE {{tasks}} SET status = 'pending', lease_token = '', lease_until = 0 \
+                 WHERE id IN ({}) AND status = 'running' AND lease_token = CASE id{} END",
+                placeholders(n),
+                " WHEN ? THEN ?".repeat(n)
+            )
+        });
+        let mut args: Vec<Value> = chunk.iter().map(|t| Value::from(&t.id)).collect();
+        for task in chunk {
+            args.extend([Value::from(&task.id), Value::from(&task.lease_token)]);
+        }
+        tx.exec(&sql, &args).await?;
     }
     tx.wake();
     Ok(())
