@@ -56,14 +56,14 @@ impl SqlBroker {
         let no_result = Value::Null(crate::Kind::Bytes);
         let token = Value::from("token");
         let ack = if core.dialect.update_returning() {
-            let mut args = vec![task.clone(), no_result.clone()];
+            let mut args = Vec::new();
             if !server_now {
                 args.push(t.clone());
             }
             args.extend([task.clone(), task.clone(), token]);
             vec![HotStatement {
                 name: "ack",
-                sql: ack::ack_returning_sql(core, 1, false, server_now).to_string(),
+                sql: ack::ack_returning_sql(core, 1, false, server_now, false).to_string(),
                 args,
             }]
         } else {

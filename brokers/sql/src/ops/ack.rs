@@ -27,20 +27,30 @@ use crate::{Kind, Value};
 /// for a row a child's enqueue holds (§5.2), READ COMMITTED re-reads the row after the wait but
 /// keeps the statement's old snapshot for every other table, so an `EXISTS` over the edges
 /// would miss the child that enqueue just committed. The enqueue sets the flag on the row.
-pub(crate) fn ack_returning_sql(core: &Core, n: usize, full: bool, server_now: bool) -> Arc<str> {
+///
+/// Without `results` (no item has one) the statement sets `result = NULL` and the (id, result)
+/// pairs are left out.
+pub(crate) fn ack_returning_sql(
+    core: &Core,
+    n: usize,
+    full: bool,
+    server_now: bool,
+    results: bool,
+) -> Arc<str> {
     let name = match (full, server_now) {
         (true, false) => "ack_returning_full",
         (false, false) => "ack_returning",
         (true, true) => "ack_returning_full_now",
         (false, true) => "ack_returning_now",
     };
-    core.sql_sized(name, (n, 0), || {
+    core.sql_sized(name, (n, usize::from(results)), || {
         let cases = " WHEN ? THEN ?".repeat(n);
+        let result = if results { format!("CASE id{cases} END") } else { "NULL".to_owned() };
         let returned = if full { "{cols}" } else { "id" };
         let (finished, extra) =
             if server_now { ("(SELECT {now})", ", finished_at") } else { ("?", "") };
         format!(
-            "UPDATE {{tasks}} SET status = 'completed', result = CASE id{cases} END, \
+            "UPDATE {{tasks}} SET status = 'completed', result = {result}, \
              finished_at = {finished}, lease_token = '', lease_until = 0, cancel_requested = 0 \
              WHERE id IN ({ids}) AND status = 'running' AND lease_token = CASE id{cases} END \
              RETURNING {returned}, has_children{extra}",
@@ -109,9 +119,12 @@ async fn complete(
     }
     let server_now = tx.needs_now();
     let n = items.len();
+    let results = items.iter().any(|item| item.result.is_some());
     let mut args = Vec::with_capacity(5 * n + 1);
-    for item in items {
-        args.extend([Value::from(&item.id), Value::opt_bytes(item.result.as_deref())]);
+    if results {
+        for item in items {
+            args.extend([Value::from(&item.id), Value::opt_bytes(item.result.as_deref())]);
+        }
     }
     if !server_now {
         args.push(Value::from(tx.now().await?));
@@ -121,7 +134,7 @@ async fn complete(
         args.extend([Value::from(&item.id), Value::from(&item.token)]);
     }
     let full = tx.opts.notifier.is_active();
-    let sql = ack_returning_sql(tx.core, n, full, server_now);
+    let sql = ack_returning_sql(tx.core, n, full, server_now, results);
     let mut kinds =
         if full { super::kinds_plus(&[Kind::Int]) } else { vec![Kind::Text, Kind::Int] };
     if server_now {
