@@ -319,7 +319,11 @@ mod tests {
         let readme = format!("# x\n\n{README_BEGIN}\nold\n{README_END}\n\n## next\n");
         let out = splice_readme(&readme, "new table\n").unwrap();
         assert_eq!(out, format!("# x\n\n{README_BEGIN}\n\nnew table\n{README_END}\n\n## next\n"));
-        assert_eq!(splice_readme(&out, "new table").unwrap(), out, "splicing twice changes nothing");
+        assert_eq!(
+            splice_readme(&out, "new table").unwrap(),
+            out,
+            "splicing twice changes nothing"
+        );
         assert!(splice_readme("# no markers", "t").is_err());
         assert!(splice_readme(&format!("{README_END} {README_BEGIN}"), "t").is_err());
     }
