@@ -91,10 +91,14 @@ where
             return Err(Error::Closed);
         }
         let mut listener = hub.listener();
-        let next_due_in = match probe().await? {
-            Probe::Claimed(tasks) if !tasks.is_empty() => return Ok(tasks),
-            Probe::Claimed(_) => None,
-            Probe::Idle { next_due_in } => next_due_in,
+        let next_due_in = match probe().await {
+            Ok(Probe::Claimed(tasks)) if !tasks.is_empty() => return Ok(tasks),
+            Ok(Probe::Claimed(_)) => None,
+            Ok(Probe::Idle { next_due_in }) => next_due_in,
+            // A probe cut short by `close` (its pool closed under it) is the close, not a
+            // storage failure: the caller gets `Closed`, as a waiter between probes does.
+            Err(_) if *closed.borrow() => return Err(Error::Closed),
+            Err(e) => return Err(e),
         };
         let due = async {
             match next_due_in {
@@ -226,6 +230,25 @@ mod tests {
             closer.close();
         });
         assert_eq!(res.err().map(|e| e.kind()), Some(crate::ErrorKind::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_probe_failing_because_of_close_is_closed_not_backend() {
+        let hub = WakeHub::new();
+        let life = Lifecycle::new();
+        let clock = ManualClock::at_contract_epoch();
+        let res = wait_for_work(&hub, &life, &clock, None, || async {
+            life.close(); // the pool closes under the probe
+            Err(Error::backend("test", "pool closed"))
+        })
+        .await;
+        assert_eq!(res.err().map(|e| e.kind()), Some(crate::ErrorKind::Closed));
+        let open = Lifecycle::new();
+        let res = wait_for_work(&hub, &open, &clock, None, || async {
+            Err(Error::backend("test", "disk full"))
+        })
+        .await;
+        assert_eq!(res.err().map(|e| e.kind()), Some(crate::ErrorKind::Backend));
     }
 
     #[test]
