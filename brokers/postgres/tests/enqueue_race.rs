@@ -31,13 +31,7 @@ async fn an_ack_waiting_for_the_parent_lock_sees_the_new_child() -> Result<(), t
     assert_eq!(child.status, Status::Blocked);
 
     // The parent's ack now waits for that lock.
-    let acker = {
-        let b = b.clone();
-        let token = parent.lease_token.clone();
-        tokio::spawn(async move { b.ack("p", &token, None).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!acker.is_finished(), "the ack did not wait for the parent's row lock");
+    let acker = spawn_waiting_ack(&b, &parent.lease_token).await;
     tx.commit().await?;
     tokio::time::timeout(Duration::from_secs(5), acker).await???;
 
@@ -83,6 +77,21 @@ async fn a_prune_waiting_for_the_parent_lock_keeps_a_parent_with_a_new_child(
     common::finish(s, &[&b]).await
 }
 
+/// Spawns the ack of `p` with `token` and checks, 300 ms later, that it is still waiting for
+/// the parent's row lock.
+async fn spawn_waiting_ack(
+    b: &taskgate_postgres::PgBroker,
+    token: &str,
+) -> tokio::task::JoinHandle<taskgate::Result<()>> {
+    let acker = {
+        let (b, token) = (b.clone(), token.to_owned());
+        tokio::spawn(async move { b.ack("p", &token, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!acker.is_finished(), "the ack did not wait for the parent's row lock");
+    acker
+}
+
 /// Makes the next `op` transaction of `b` stop before its commit until `go` is sent; `entered`
 /// receives once it stopped (its row locks are then held).
 fn hold_before_commit(
@@ -122,13 +131,7 @@ async fn an_ack_waiting_for_a_resume_wakes_the_resumed_child() -> Result<(), tas
     };
     tokio::task::spawn_blocking(move || entered.recv_timeout(Duration::from_secs(10))).await??;
     // p's ack now waits for that lock.
-    let acker = {
-        let b = b.clone();
-        let token = parent.lease_token.clone();
-        tokio::spawn(async move { b.ack("p", &token, None).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!acker.is_finished(), "the ack did not wait for the parent's row lock");
+    let acker = spawn_waiting_ack(&b, &parent.lease_token).await;
     go.send(())?;
     let resumed = tokio::time::timeout(Duration::from_secs(5), resumer).await???;
     assert_eq!(resumed.status, Status::Blocked, "c waits for its running parent");

@@ -63,17 +63,38 @@ pub(crate) fn kinds_plus(extra: &[Kind]) -> Vec<Kind> {
     TASK_KINDS.iter().chain(extra).copied().collect()
 }
 
-/// Reads `(id, status)` of the given IDs, locking them.
+/// Reads `(id, status)` of the given IDs, locking them (in ID order), waiting for locks.
 pub(crate) async fn lock_statuses(
     tx: &mut Tx<'_>,
     ids: &[&str],
 ) -> Result<Vec<(String, Status)>, TxFail> {
+    statuses_locked(tx, ids, false).await
+}
+
+/// Like [`lock_statuses`], but leaves out the rows another transaction holds (`SKIP LOCKED`).
+pub(crate) async fn lock_statuses_skip(
+    tx: &mut Tx<'_>,
+    ids: &[&str],
+) -> Result<Vec<(String, Status)>, TxFail> {
+    statuses_locked(tx, ids, true).await
+}
+
+async fn statuses_locked(
+    tx: &mut Tx<'_>,
+    ids: &[&str],
+    skip_held: bool,
+) -> Result<Vec<(String, Status)>, TxFail> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = tx.core.sql_sized("lock_statuses", (ids.len(), 0), || {
+    let (name, clause) = if skip_held {
+        ("lock_statuses_skip", "{skip_locked}")
+    } else {
+        ("lock_statuses", "{lock}")
+    };
+    let sql = tx.core.sql_sized(name, (ids.len(), 0), || {
         format!(
-            "SELECT id, status FROM {{tasks}} WHERE id IN ({}) ORDER BY id{{lock}}",
+            "SELECT id, status FROM {{tasks}} WHERE id IN ({}) ORDER BY id{clause}",
             placeholders(ids.len())
         )
     });

@@ -10,7 +10,7 @@ use taskgate::Status;
 
 use super::propagate::propagate;
 use super::replay::rearm_edges;
-use super::{decode_all, finish, id_status, release, write_row, Also};
+use super::{decode_all, finish, lock_statuses_skip, release, write_row, Also};
 use crate::core::{Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_KINDS};
@@ -145,22 +145,6 @@ async fn repair_one(
         propagate(tx, vec![(row.task.id.clone(), Status::Canceled)]).await?;
     }
     Ok(())
-}
-
-/// `(id, status)` of those of `ids` no other transaction holds, locked (in ID order).
-async fn lock_statuses_skip(
-    tx: &mut Tx<'_>,
-    ids: &[&str],
-) -> Result<Vec<(String, Status)>, TxFail> {
-    let sql = tx.core.sql_sized("lock_statuses_skip", (ids.len(), 0), || {
-        format!(
-            "SELECT id, status FROM {{tasks}} WHERE id IN ({}) ORDER BY id{{skip_locked}}",
-            placeholders(ids.len())
-        )
-    });
-    let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
-    let rows = tx.fetch(&sql, &args, &[Kind::Text, Kind::Text]).await?;
-    rows.iter().map(|r| id_status(r)).collect()
 }
 
 /// Those of `ids` still blocked and held by no other transaction, locked (in ID order).
