@@ -1,0 +1,160 @@
+//! Batched completion: finished handlers hand their acks to one task that writes them with
+//! `ack_many`, a batch at a time (flush at `max_batch` items or `max_wait` after the first),
+//! so one transaction completes many tasks. Inline mode acks each task on its own.
+//!
+//! An ack handed over is not yet written: a crash before the flush leaves the task `running`
+//! until its lease expires, and then it runs again (at-least-once, never lost). Shutdown
+//! flushes everything handed over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use taskgate::{AckItem, Broker, ErrorKind};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::claim::QueueRt;
+use crate::error::chain_text;
+use crate::inner::Inner;
+
+/// One ack waiting for the flush.
+pub(crate) struct Done {
+    pub(crate) item: AckItem,
+    pub(crate) queue: Arc<QueueRt>,
+}
+
+/// The sending side kept by the runtime.
+pub(crate) enum Completer {
+    /// Ack each task directly.
+    Inline,
+    /// Hand acks to the batching task.
+    Batched(mpsc::Sender<Done>),
+}
+
+/// How many acks may wait before finished handlers wait for the flush (back-pressure).
+fn backlog(max_batch: usize) -> usize {
+    max_batch.saturating_mul(4).clamp(64, 20_000)
+}
+
+/// A batched completer's channel.
+pub(crate) fn channel(max_batch: usize) -> (mpsc::Sender<Done>, mpsc::Receiver<Done>) {
+    mpsc::channel(backlog(max_batch))
+}
+
+impl Completer {
+    /// Acks `done`: handed to the batch (waiting while the backlog is full), or written now.
+    pub(crate) async fn complete(&self, inner: &Inner, done: Done) {
+        let done = match self {
+            Completer::Batched(tx) => match tx.send(done).await {
+                Ok(()) => return,
+                // The batching task is gone (shutdown flushed already): write it here.
+                Err(mpsc::error::SendError(done)) => done,
+            },
+            Completer::Inline => done,
+        };
+        let Done { item, queue } = done;
+        let written = crate::inner::write_with_retry("ack", || {
+            inner.broker.ack(&item.id, &item.token, item.result.clone())
+        })
+        .await;
+        record(&queue, &item.id, written);
+        inner.finished();
+    }
+}
+
+/// The batching task: collects, flushes, and on `stop` drains and flushes what is left.
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    mut rx: mpsc::Receiver<Done>,
+    max_batch: usize,
+    max_wait: Duration,
+    stop: CancellationToken,
+) {
+    let mut batch: Vec<Done> = Vec::with_capacity(max_batch);
+    loop {
+        let first = tokio::select! {
+            item = rx.recv() => item,
+            () = stop.cancelled() => None,
+        };
+        let Some(first) = first else { break };
+        batch.push(first);
+        let deadline = Instant::now() + max_wait;
+        while batch.len() < max_batch {
+            tokio::select! {
+                item = rx.recv() => match item {
+                    Some(done) => batch.push(done),
+                    None => break,
+                },
+                () = tokio::time::sleep_until(deadline) => break,
+                () = stop.cancelled() => break,
+            }
+        }
+        flush(&inner, &mut batch).await;
+    }
+    rx.close();
+    while let Some(done) = rx.recv().await {
+        batch.push(done);
+        if batch.len() >= max_batch {
+            flush(&inner, &mut batch).await;
+        }
+    }
+    flush(&inner, &mut batch).await;
+}
+
+/// Writes one batch with `ack_many`, retrying storage failures; records each item's outcome.
+async fn flush(inner: &Inner, batch: &mut Vec<Done>) {
+    if batch.is_empty() {
+        return;
+    }
+    let items: Vec<AckItem> = batch.iter().map(|d| d.item.clone()).collect();
+    match ack_many_with_retry(&*inner.broker, &items).await {
+        Ok(results) => {
+            for (done, result) in batch.iter().zip(results) {
+                record(&done.queue, &done.item.id, result);
+            }
+        }
+        Err(e) => {
+            // Nothing was written: the tasks stay running until their leases expire and then
+            // run again. Nothing is lost.
+            tracing::error!(error = %chain_text(&e), tasks = batch.len(),
+                "batched ack failed; the tasks will run again after their leases expire");
+        }
+    }
+    batch.clear();
+    inner.finished();
+}
+
+async fn ack_many_with_retry(
+    broker: &dyn Broker,
+    items: &[AckItem],
+) -> taskgate::Result<Vec<taskgate::Result<()>>> {
+    let mut delay = Duration::from_millis(50);
+    let mut attempt = 1;
+    loop {
+        match broker.ack_many(items).await {
+            Err(e) if e.is(ErrorKind::Backend) && attempt < 4 => {
+                tracing::warn!(error = %chain_text(&e), attempt, "ack_many failed, retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Counts one ack's outcome: completed, or lost (the reaper owns the task now).
+fn record(queue: &QueueRt, id: &str, result: taskgate::Result<()>) {
+    match result {
+        Ok(()) => queue.metrics.completed.increment(1),
+        Err(e) if e.is(ErrorKind::LeaseLost) || e.is(ErrorKind::NotFound) => {
+            queue.metrics.lease_lost.increment(1);
+            tracing::warn!(task = id, "ack found the lease lost; the task runs again");
+        }
+        Err(e) => {
+            tracing::error!(task = id, error = %chain_text(&e),
+                "ack failed; the task runs again after its lease expires");
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Executing one claimed task (runtime spec §12.4): find the handler, run it with automatic
+//! heartbeats, then the final write, first match wins: lease lost ⇒ nothing; user-cancelled
+//! ⇒ `finish_canceled`; success ⇒ ack (or save the step); shutdown-interrupted ⇒ `requeue`;
+//! else the error's kind: skip, throttled with its retry-after, business with back-off.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use taskgate::{AckItem, ErrorKind, FailKind, Failure, Task, Ticker};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+use crate::claim::QueueRt;
+use crate::completer::Done;
+use crate::context::heartbeat_failed;
+use crate::error::chain_text;
+use crate::handler::{BoxFuture, CatchUnwind, Handler, Outcome};
+use crate::inner::{write_with_retry, Inner};
+use crate::running::{INTERRUPTED, LEASE_LOST, RELEASED, USER_CANCELLED};
+use crate::{FailureKind, JobContext, JobError};
+
+/// Runs one claimed task to its final write; the slot is freed when this returns.
+pub(crate) async fn execute(
+    inner: Arc<Inner>,
+    q: Arc<QueueRt>,
+    task: Task,
+    slot: Option<OwnedSemaphorePermit>,
+) {
+    let span = tracing::info_span!("taskgate.task", kind = %task.task_type, queue = %task.queue,
+        id = %task.id, attempt = task.attempts);
+    run(inner, q, task).instrument(span).await;
+    drop(slot);
+}
+
+async fn run(inner: Arc<Inner>, q: Arc<QueueRt>, task: Task) {
+    q.metrics.claimed.increment(1);
+    let latency = inner.clock.now_ms().duration_since(task.run_at);
+    q.metrics.queue_latency.record(latency.as_secs_f64());
+    tracing::debug!(latency_ms = latency.as_millis(), "claimed");
+    let Some(handler) = inner.handlers.get(&task.task_type).cloned() else {
+        return no_handler(&inner, &q, &task).await;
+    };
+    let exec = inner.running.register(&task.id);
+    q.active.fetch_add(1, Ordering::SeqCst);
+    let ctx = JobContext::new(task, exec.clone(), inner.clone());
+    let started = Instant::now();
+    let outcome = supervise(&inner, &q, &ctx, handler).await;
+    q.metrics.run_time.record(started.elapsed().as_secs_f64());
+    final_write(&inner, &q, &ctx, outcome).await;
+    inner.running.remove(ctx.id(), &exec);
+    q.active.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// A task of a type nobody here handles: dead letter at once (replayable).
+async fn no_handler(inner: &Inner, q: &Arc<QueueRt>, task: &Task) {
+    let message = format!("no handler registered for task type: {}", task.task_type);
+    tracing::warn!("{message}");
+    let failure = Failure::skip(message);
+    let written = write_with_retry("fail", || {
+        inner.broker.fail(&task.id, &task.lease_token, failure.clone())
+    })
+    .await;
+    if report(q, "fail", &task.id, written) {
+        q.metrics.failed.increment(1);
+    }
+    inner.finished();
+}
+
+/// Runs the handler; heartbeats every TTL/3 on the clock unless heartbeats are manual. The
+/// in-flight heartbeat is awaited before returning, so none lands after the final write.
+/// `None` means the handler was abandoned (still running after shutdown's stop timeout).
+async fn supervise(
+    inner: &Inner,
+    q: &QueueRt,
+    ctx: &JobContext,
+    handler: Handler,
+) -> Option<Result<Outcome, JobError>> {
+    let exec = ctx.exec();
+    let mut handler = CatchUnwind(handler(ctx.clone()));
+    let period = (q.settings.lease_ttl / 3).max(Duration::from_millis(1));
+    let mut ticker = (!q.settings.manual_heartbeat).then(|| inner.clock.ticker(period));
+    let mut beat: Option<BoxFuture<taskgate::Result<()>>> = None;
+    let outcome = loop {
+        tokio::select! {
+            out = &mut handler => break Some(out),
+            () = inner.abandon.cancelled(), if exec.has(INTERRUPTED) => break None,
+            () = tick(&mut ticker), if beat.is_none() && exec.holds_lease() => {
+                let (broker, task) = (inner.broker.clone(), ctx.task());
+                let (id, token) = (task.id.clone(), task.lease_token.clone());
+                beat = Some(Box::pin(async move { broker.heartbeat(&id, &token).await }));
+            }
+            r = in_flight(&mut beat) => {
+                beat = None;
+                heartbeat_done(ctx, r);
+            }
+        }
+    };
+    drop(ticker);
+    if let Some(b) = beat.take() {
+        heartbeat_done(ctx, b.await);
+    }
+    outcome
+}
+
+async fn tick(ticker: &mut Option<Ticker>) {
+    match ticker {
+        Some(t) => t.tick().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn in_flight(beat: &mut Option<BoxFuture<taskgate::Result<()>>>) -> taskgate::Result<()> {
+    match beat {
+        Some(b) => b.await,
+        None => std::future::pending().await,
+    }
+}
+
+fn heartbeat_done(ctx: &JobContext, result: taskgate::Result<()>) {
+    if let Err(e) = result {
+        let e = heartbeat_failed(ctx.exec(), ctx.id(), e);
+        if !e.is(ErrorKind::Canceled) && !e.is(ErrorKind::LeaseLost) {
+            tracing::warn!(error = %chain_text(&e), "heartbeat failed (tolerated)");
+        }
+    }
+}
+
+/// The final write, first match wins (runtime spec §12.4 step 7).
+async fn final_write(
+    inner: &Inner,
+    q: &Arc<QueueRt>,
+    ctx: &JobContext,
+    outcome: Option<Result<Outcome, JobError>>,
+) {
+    let (exec, task) = (ctx.exec(), ctx.task());
+    let (id, token) = (task.id.as_str(), task.lease_token.as_str());
+    if exec.has(LEASE_LOST) {
+        q.metrics.lease_lost.increment(1);
+        tracing::warn!("lease lost: the reaper owns the task; nothing written");
+        return;
+    }
+    if exec.has(RELEASED) {
+        return;
+    }
+    if exec.has(USER_CANCELLED) && exec.cancel.is_cancelled() {
+        let written =
+            write_with_retry("finish_canceled", || inner.broker.finish_canceled(id, token));
+        if report(q, "finish_canceled", id, written.await) {
+            q.metrics.canceled.increment(1);
+            tracing::info!("cancelled");
+        }
+        return inner.finished();
+    }
+    match outcome {
+        Some(Ok(Outcome::Done(result))) => {
+            let item = AckItem { id: id.to_owned(), token: token.to_owned(), result };
+            inner.completer.complete(inner, Done { item, queue: q.clone() }).await;
+        }
+        Some(Ok(Outcome::Step(step))) => save_step(inner, q, task, step).await,
+        _ if exec.has(INTERRUPTED) => {
+            let written = write_with_retry("requeue", || inner.broker.requeue(id, token));
+            if report(q, "requeue", id, written.await) {
+                q.metrics.requeued.increment(1);
+                tracing::info!("interrupted by shutdown; requeued");
+            }
+            inner.finished();
+        }
+        Some(Err(e)) => fail(inner, q, task, e).await,
+        None => {}
+    }
+}
+
+async fn save_step(inner: &Inner, q: &QueueRt, task: &Task, step: taskgate::Step) {
+    let written = write_with_retry("save_step", || {
+        inner.broker.save_step(&task.id, &task.lease_token, step.clone())
+    })
+    .await;
+    match written {
+        Err(e) if e.is(ErrorKind::Canceled) => {
+            q.metrics.canceled.increment(1);
+            tracing::info!("cancel requested: the step was saved and the task cancelled");
+        }
+        written => {
+            if report(q, "save_step", &task.id, written) {
+                q.metrics.steps.increment(1);
+            }
+        }
+    }
+    inner.finished();
+}
+
+/// Classifies a handler error and writes the failure: skip first, then throttled, else a
+/// business failure retried after the back-off of the claim-time attempts.
+async fn fail(inner: &Inner, q: &QueueRt, task: &Task, e: JobError) {
+    let message = e.message().to_owned();
+    let (failure, is_final) = match e.kind() {
+        FailureKind::Skip => (Failure::skip(message), true),
+        FailureKind::Throttled { retry_after } => (
+            inner.retry_failure(FailKind::Throttled, message, retry_after),
+            task.throttled + 1 >= inner.config.throttled_max,
+        ),
+        FailureKind::Retry => {
+            let delay = (inner.retry_delay)(task.attempts);
+            (
+                inner.retry_failure(FailKind::Business, message, delay),
+                task.attempts >= task.max_retry,
+            )
+        }
+    };
+    let written = write_with_retry("fail", || {
+        inner.broker.fail(&task.id, &task.lease_token, failure.clone())
+    })
+    .await;
+    if report(q, "fail", &task.id, written) {
+        if is_final {
+            q.metrics.failed.increment(1);
+            tracing::warn!(error = %failure.message, "failed");
+        } else {
+            q.metrics.retried.increment(1);
+            tracing::info!(error = %failure.message, retry_at = failure.retry_at.as_millis(), "retry");
+        }
+    }
+    inner.finished();
+}
+
+/// Logs a failed final write; true when it succeeded. A lost lease means the reaper owns the
+/// task; any other error leaves the task running until its lease expires (it runs again).
+fn report(q: &QueueRt, what: &str, id: &str, written: taskgate::Result<()>) -> bool {
+    match written {
+        Ok(()) => true,
+        Err(e) if e.is(ErrorKind::LeaseLost) || e.is(ErrorKind::NotFound) => {
+            q.metrics.lease_lost.increment(1);
+            tracing::warn!(task = id, "{what} found the lease lost; the reaper owns the task");
+            false
+        }
+        Err(e) => {
+            tracing::error!(task = id, error = %chain_text(&e),
+                "{what} failed; the task runs again after its lease expires");
+            false
+        }
+    }
+}

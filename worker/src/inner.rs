@@ -1,0 +1,90 @@
+//! The state a runtime and its clients share: the broker, the clock, the validated config,
+//! the handlers, the consumed queues, the running table and the shutdown signals.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use taskgate::{Broker, Clock, ErrorKind, FailKind, Failure};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::claim::QueueRt;
+use crate::completer::Completer;
+use crate::config::Resolved;
+use crate::handler::Handler;
+use crate::running::Running;
+
+/// Business-retry delay for claim-time attempts `n`.
+pub(crate) type RetryDelay = Arc<dyn Fn(u32) -> Duration + Send + Sync>;
+
+pub(crate) struct Inner {
+    pub(crate) broker: Arc<dyn Broker>,
+    /// The injected clock, else the system clock.
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: Resolved,
+    pub(crate) handlers: HashMap<String, Handler>,
+    /// The queues this process consumes.
+    pub(crate) queues: HashMap<String, Arc<QueueRt>>,
+    pub(crate) running: Running,
+    /// Shutdown began: no more submits or claims.
+    pub(crate) shutting_down: CancellationToken,
+    /// The runtime was dropped without shutdown: every task stops where it is (a crash).
+    pub(crate) kill: CancellationToken,
+    /// Handlers still running after shutdown's stop timeout are dropped.
+    pub(crate) abandon: CancellationToken,
+    pub(crate) completer: Completer,
+    pub(crate) retry_delay: RetryDelay,
+    /// Bumped after every local final write, so local `wait`s return at once.
+    pub(crate) finished_tx: watch::Sender<u64>,
+}
+
+impl Inner {
+    /// Wakes local `wait`s: a task may have reached a final status.
+    pub(crate) fn finished(&self) {
+        self.finished_tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A retryable failure due `delay` from now: the one place retry times are computed.
+    pub(crate) fn retry_failure(
+        &self,
+        kind: FailKind,
+        message: String,
+        delay: Duration,
+    ) -> Failure {
+        let retry_at = self.clock.now_ms().saturating_add(delay);
+        Failure { kind, message, retry_at }
+    }
+}
+
+/// Runs a final write, retrying storage failures twice (50 ms, then 100 ms, real time): a
+/// transient database error should not cost a finished result. Contract errors return at once.
+pub(crate) async fn write_with_retry<F, Fut>(what: &str, mut write: F) -> taskgate::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = taskgate::Result<()>>,
+{
+    let mut delay = Duration::from_millis(50);
+    let mut attempt = 1;
+    loop {
+        match write().await {
+            Err(e) if e.is(ErrorKind::Backend) && attempt < 3 => {
+                tracing::warn!(error = %crate::error::chain_text(&e), attempt, "{what} failed, retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Runs `fut` until it finishes or `kill` fires (then it is dropped where it is).
+pub(crate) async fn killable(kill: CancellationToken, fut: impl Future<Output = ()>) {
+    tokio::select! {
+        biased;
+        () = kill.cancelled() => {}
+        () = fut => {}
+    }
+}
