@@ -160,9 +160,12 @@ async fn quota_claim(
 ) -> Claim {
     let period = q.settings.quota.as_ref().map_or(Duration::from_secs(1), |c| c.period);
     let wait = (period / 8).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    // The window turns on the broker's clock; other processes' writes and a recovering
+    // storage show in real time: whichever comes first.
     let pause = || async {
         tokio::select! {
             () = inner.clock.sleep(wait) => Claim::Retry,
+            () = tokio::time::sleep(wait) => Claim::Retry,
             () = stop.cancelled() => Claim::Stop,
         }
     };

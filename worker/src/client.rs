@@ -199,7 +199,7 @@ impl Client {
     /// handler's token cancelled at once, in another process at its next heartbeat.
     pub async fn cancel(&self, id: &str) -> Result<()> {
         self.inner.broker.cancel(id).await?;
-        if let Some(exec) = self.inner.running.get(id) {
+        for exec in self.inner.running.get(id) {
             exec.mark(crate::running::USER_CANCELLED, true);
         }
         Ok(())

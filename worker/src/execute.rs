@@ -84,7 +84,8 @@ async fn supervise(
     let outcome = loop {
         tokio::select! {
             out = &mut handler => break Some(out),
-            () = inner.abandon.cancelled(), if exec.has(INTERRUPTED) => break None,
+            // Fired only after every execution was interrupted and given the stop timeout.
+            () = inner.abandon.cancelled() => break None,
             () = tick(&mut ticker), if beat.is_none() && exec.holds_lease() => {
                 let (broker, task) = (inner.broker.clone(), ctx.task());
                 let (id, token) = (task.id.clone(), task.lease_token.clone());

@@ -130,8 +130,8 @@ impl std::fmt::Debug for Periodic {
 
 /// The scheduler task: sleeps on the runtime's clock until the next tick of any schedule and
 /// submits every tick that came due, until shutdown.
-pub(crate) async fn run(inner: Arc<Inner>, schedules: Vec<(Periodic, String)>) {
-    let start = inner.clock.now_ms();
+/// Ticks after `start` (when the runtime started) count.
+pub(crate) async fn run(inner: Arc<Inner>, schedules: Vec<(Periodic, String)>, start: Timestamp) {
     let mut last: Vec<Timestamp> = vec![start; schedules.len()];
     let stop = inner.shutting_down.clone();
     loop {

@@ -50,15 +50,16 @@ impl Exec {
     }
 }
 
-/// The table of running executions.
+/// The table of running executions, by task ID. An ID may have several: a handler whose
+/// lease was lost unnoticed (manual heartbeats) still runs when the task runs again.
 #[derive(Debug, Default)]
 pub(crate) struct Running {
-    map: Mutex<HashMap<String, Arc<Exec>>>,
+    map: Mutex<HashMap<String, Vec<Arc<Exec>>>>,
     interrupting: AtomicBool,
 }
 
 impl Running {
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Exec>>> {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Exec>>>> {
         // Every update is one insert or remove: a poisoned map is still consistent.
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -69,35 +70,35 @@ impl Running {
         if self.interrupting.load(Ordering::SeqCst) {
             exec.mark(INTERRUPTED, true);
         }
-        self.map().insert(id.to_owned(), exec.clone());
+        self.map().entry(id.to_owned()).or_default().push(exec.clone());
         exec
     }
 
-    /// Removes `id` when it is still `exec` (a newer execution of the same ID stays).
+    /// Removes `exec`, one execution of `id`.
     pub(crate) fn remove(&self, id: &str, exec: &Arc<Exec>) {
         let mut map = self.map();
-        if map.get(id).is_some_and(|e| Arc::ptr_eq(e, exec)) {
-            map.remove(id);
+        if let Some(list) = map.get_mut(id) {
+            list.retain(|e| !Arc::ptr_eq(e, exec));
+            if list.is_empty() {
+                map.remove(id);
+            }
         }
     }
 
-    /// The execution of `id` running here, if any.
-    pub(crate) fn get(&self, id: &str) -> Option<Arc<Exec>> {
-        self.map().get(id).cloned()
+    /// The executions of `id` running here.
+    pub(crate) fn get(&self, id: &str) -> Vec<Arc<Exec>> {
+        self.map().get(id).cloned().unwrap_or_default()
     }
 
     /// Interrupts every running execution and every later one; returns how many ran.
     pub(crate) fn interrupt_all(&self) -> usize {
         self.interrupting.store(true, Ordering::SeqCst);
         let map = self.map();
-        for exec in map.values() {
-            exec.mark(INTERRUPTED, true);
-        }
-        map.len()
+        map.values().flatten().map(|exec| exec.mark(INTERRUPTED, true)).count()
     }
 
     /// How many executions run here.
     pub(crate) fn len(&self) -> usize {
-        self.map().len()
+        self.map().values().map(Vec::len).sum()
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use taskgate::backoff::Backoff;
 use taskgate::notify::NotifyFn;
-use taskgate::{Broker, BrokerOptions, Clock, QuotaGate, QuotaProvider, SystemClock, Task};
+use taskgate::{Broker, BrokerOptions, Clock, QuotaGate, QuotaProvider, SystemClock, Task, Ticker};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -167,8 +167,9 @@ impl Builder {
         let config = Resolved::new(&self.config)?;
         let consumed = self.consumed_queues(&config)?;
         let schedules = self.schedules(&config)?;
-        let gates = self.quota_gates(&config, &consumed)?;
+        self.check_quota_provider(&config)?;
         self.broker.init(self.broker_options(&config)).await?;
+        let gates = self.quota_gates(&consumed)?;
         let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
         let queues: HashMap<String, Arc<QueueRt>> = consumed
             .into_iter()
@@ -243,34 +244,40 @@ impl Builder {
         Ok(out)
     }
 
-    /// A quota gate per consumed quota queue; a quota without a provider is an error (quota
-    /// never degrades silently, contract §9.2).
-    fn quota_gates(
-        &self,
-        config: &Resolved,
-        consumed: &BTreeMap<String, QueueSettings>,
-    ) -> Result<HashMap<String, Arc<dyn QuotaGate>>> {
-        let provider: Option<&dyn QuotaProvider> = match &self.quota_provider {
+    fn provider(&self) -> Option<&dyn QuotaProvider> {
+        match &self.quota_provider {
             Some(p) => Some(&**p),
             None => self.broker.quota_provider(),
-        };
-        let configured = config.queues.iter().map(|(n, q)| (n.as_str(), q));
-        let all = configured.chain(config.default_queue.iter().map(|q| ("default_queue", q)));
-        for (name, q) in all {
-            if let (Some(quota), None) = (&q.quota, provider) {
-                return Err(Error::config(
-                    format!("{name}.quota_limit"),
-                    format!(
-                        "queue {name} has quota_limit {} but the {} broker has no QuotaProvider",
-                        quota.limit,
-                        self.broker.backend()
-                    ),
-                ));
-            }
         }
+    }
+
+    /// A quota without a provider is an error: quota never degrades silently (contract §9.2).
+    fn check_quota_provider(&self, config: &Resolved) -> Result<()> {
+        if self.provider().is_some() {
+            return Ok(());
+        }
+        let configured = config.queues.iter().map(|(n, q)| (n.as_str(), q));
+        let mut all = configured.chain(config.default_queue.iter().map(|q| ("default_queue", q)));
+        match all.find_map(|(name, q)| q.quota.as_ref().map(|quota| (name, quota.limit))) {
+            None => Ok(()),
+            Some((name, limit)) => Err(Error::config(
+                format!("{name}.quota_limit"),
+                format!(
+                    "queue {name} has quota_limit {limit} but the {} broker has no QuotaProvider",
+                    self.broker.backend()
+                ),
+            )),
+        }
+    }
+
+    /// A quota gate per consumed quota queue.
+    fn quota_gates(
+        &self,
+        consumed: &BTreeMap<String, QueueSettings>,
+    ) -> Result<HashMap<String, Arc<dyn QuotaGate>>> {
         let mut gates = HashMap::new();
         for (name, settings) in consumed {
-            if let (Some(quota), Some(provider)) = (&settings.quota, provider) {
+            if let (Some(quota), Some(provider)) = (&settings.quota, self.provider()) {
                 let gate = provider
                     .queue_quota(name, quota)
                     .map_err(|e| Error::config(format!("queues.{name}.quota"), e.to_string()))?;
@@ -352,10 +359,13 @@ impl Runtime {
         let min_ttl = inner.queues.values().map(|q| q.settings.lease_ttl).min();
         if let Some(ttl) = min_ttl {
             let period = (ttl / 2).max(Duration::from_millis(1));
-            spawn(&self.loops, Box::pin(reaper(inner.clone(), period)));
+            // The ticker starts now, not when the task first runs: time moved in between counts.
+            let ticker = inner.clock.ticker(period);
+            spawn(&self.loops, Box::pin(reaper(inner.clone(), ticker)));
         }
         if !schedules.is_empty() {
-            spawn(&self.loops, Box::pin(crate::periodic::run(inner.clone(), schedules)));
+            let start = inner.clock.now_ms();
+            spawn(&self.loops, Box::pin(crate::periodic::run(inner.clone(), schedules, start)));
         }
     }
 
@@ -426,10 +436,9 @@ fn spawn_killable(tracker: &TaskTracker, kill: &CancellationToken, fut: Backgrou
     tracker.spawn(killable(kill.clone(), fut));
 }
 
-/// The process's reaper: `reap_expired` every `period` on the clock until shutdown; errors
+/// The process's reaper: `reap_expired` at every tick of the clock until shutdown; errors
 /// are logged and the next round tries again.
-async fn reaper(inner: Arc<Inner>, period: Duration) {
-    let mut ticker = inner.clock.ticker(period);
+async fn reaper(inner: Arc<Inner>, mut ticker: Ticker) {
     loop {
         tokio::select! {
             () = ticker.tick() => {}
