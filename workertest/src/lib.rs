@@ -14,6 +14,7 @@
 //! manual clock; the others use real time with generous deadlines that only detect hangs.
 
 pub mod jobs;
+pub mod kill;
 pub mod scenarios;
 mod world;
 
