@@ -1,8 +1,8 @@
 //! `workertest`: the worker runtime's scenarios (runtime spec §12.7, issue 16) as cases any
 //! backend runs, like `brokertest` does for the broker contract.
 //!
-//! Every scenario is a documented `pub async fn` in [`scenarios`] that takes a brokertest
-//! [`Factory`](brokertest::Factory), builds runtimes on fresh storage and asserts what the spec
+//! Every scenario is a documented `pub async fn` in [`scenarios`] that takes a
+//! [`brokertest::Factory`], builds runtimes on fresh storage and asserts what the spec
 //! says. A backend runs them all with one line in its tests:
 //!
 //! ```ignore

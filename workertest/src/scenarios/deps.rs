@@ -73,7 +73,7 @@ fn failing_worker(b: taskgate_worker::Builder) -> taskgate_worker::Builder {
 }
 
 /// A failed parent: its ignore-parent-failure child still runs; its fail-fast child is
-/// cancelled "parent <id> failed".
+/// cancelled "parent `<id>` failed".
 pub async fn w17_ignore_parent_failure(factory: &dyn Factory) -> CaseResult {
     let world = World::new(factory).await?;
     let rt = world.start(failing_worker).await?;

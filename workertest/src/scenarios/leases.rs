@@ -122,14 +122,17 @@ pub async fn w30_manual_heartbeat_keepalive(factory: &dyn Factory) -> CaseResult
     world.finish().await
 }
 
-/// A manual-heartbeat handler that stalls past its lease (fake clock) is reaped (LeaseLost
-/// 1) and the task runs again; the stale handler's `renew_lease` is `LeaseLost` with its
+/// What the stale handler's `renew_lease` returned, and whether its token was cancelled.
+type StaleRenewal = (Option<ErrorKind>, bool);
+
+/// A manual-heartbeat handler that stalls past its lease (fake clock) is reaped (LeaseLost 1)
+/// and the task runs again; the stale handler's `renew_lease` is `LeaseLost` with its
 /// token cancelled, and only the second run's result is stored.
 pub async fn w31_manual_heartbeat_reaped(factory: &dyn Factory) -> CaseResult {
     let world = World::manual(factory).await?;
     let calls = Calls::default();
     let gate = Gate::default();
-    let seen: Arc<Mutex<Option<(Option<ErrorKind>, bool)>>> = Arc::default();
+    let seen: Arc<Mutex<Option<StaleRenewal>>> = Arc::default();
     let config =
         queue(QueueConfig::workers(2).manual_heartbeat().lease_ttl(Duration::from_millis(800)));
     let (c, g, s) = (calls.clone(), gate.clone(), seen.clone());

@@ -109,7 +109,7 @@ pub async fn w38_pause_honoured(factory: &dyn Factory) -> CaseResult {
 }
 
 /// A queue shared by two types where this process handles only one: the other type fails
-/// at once "no handler registered for task type: <type>" (replayable).
+/// at once "no handler registered for task type: `<type>`" (replayable).
 pub async fn w39_no_handler_skip(factory: &dyn Factory) -> CaseResult {
     let world = World::new(factory).await?;
     let config = Config::new()
