@@ -69,6 +69,10 @@ pub(crate) async fn claim_loop(inner: Arc<Inner>, q: Arc<QueueRt>, execs: TaskTr
     let stop = inner.shutting_down.clone();
     loop {
         let Some(mut permit) = acquire_slots(&q, &stop).await else { return };
+        if q.quota.is_some() {
+            // One task per quota reservation: keep one slot, take one token.
+            drop(permit.split(permit.num_permits() - 1));
+        }
         let mut want = permit.num_permits();
         if let Some(bucket) = &q.bucket {
             let got = tokio::select! {
@@ -79,11 +83,7 @@ pub(crate) async fn claim_loop(inner: Arc<Inner>, q: Arc<QueueRt>, execs: TaskTr
             want = got;
         }
         let claim = match &q.quota {
-            Some(gate) => {
-                drop(permit.split(want - 1));
-                want = 1;
-                quota_claim(&inner, &q, gate, &stop).await
-            }
+            Some(gate) => quota_claim(&inner, &q, gate, &stop).await,
             None => dequeue(&inner, &q, want, &stop).await,
         };
         let tasks = match claim {
