@@ -17,6 +17,8 @@ use crate::obs::QueueMetrics;
 
 /// Back-off after a failed claim (real time: infrastructure, not task time).
 const CLAIM_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+/// How long a busy queue's claim loop waits for more free slots before it claims.
+const GATHER: Duration = Duration::from_millis(1);
 /// The longest a reserved quota unit waits for a task (contract §9.6).
 const QUOTA_DEQUEUE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -67,8 +69,9 @@ enum Claim {
 /// Claims from `q` until shutdown, spawning one execution per claimed task on `execs`.
 pub(crate) async fn claim_loop(inner: Arc<Inner>, q: Arc<QueueRt>, execs: TaskTracker) {
     let stop = inner.shutting_down.clone();
+    let mut busy = false;
     loop {
-        let Some(mut permit) = acquire_slots(&q, &stop).await else { return };
+        let Some(mut permit) = acquire_slots(&q, &stop, busy).await else { return };
         if q.quota.is_some() {
             // One task per quota reservation: keep one slot, take one token.
             drop(permit.split(permit.num_permits() - 1));
@@ -95,6 +98,8 @@ pub(crate) async fn claim_loop(inner: Arc<Inner>, q: Arc<QueueRt>, execs: TaskTr
             }
         };
         refund(&q, want.saturating_sub(tasks.len()));
+        // A full claim means more work is waiting: the next claim gathers slots first.
+        busy = want > 1 && tasks.len() == want;
         for task in tasks {
             let slot = permit.split(1);
             let run = crate::execute::execute(inner.clone(), q.clone(), task, slot);
@@ -109,19 +114,41 @@ fn refund(q: &QueueRt, tokens: usize) {
     }
 }
 
-/// Waits for one free slot, then takes every other free one too.
-async fn acquire_slots(q: &QueueRt, stop: &CancellationToken) -> Option<OwnedSemaphorePermit> {
+/// Waits for one free slot, then takes every other free one too. When the queue is `busy`
+/// (the last claim was full) it waits up to [`GATHER`] for half the workers to be free, so a
+/// backlog is claimed in batches instead of one slot per claim.
+async fn acquire_slots(
+    q: &QueueRt,
+    stop: &CancellationToken,
+    busy: bool,
+) -> Option<OwnedSemaphorePermit> {
     let mut permit = tokio::select! {
         p = q.slots.clone().acquire_owned() => p.ok()?,
         () = stop.cancelled() => return None,
     };
+    take_free(q, &mut permit);
+    let target = q.settings.workers.div_ceil(2);
+    if busy && permit.num_permits() < target {
+        let deadline = tokio::time::Instant::now() + GATHER;
+        while permit.num_permits() < target {
+            tokio::select! {
+                p = q.slots.clone().acquire_owned() => permit.merge(p.ok()?),
+                () = tokio::time::sleep_until(deadline) => break,
+                () = stop.cancelled() => return None,
+            }
+            take_free(q, &mut permit);
+        }
+    }
+    Some(permit)
+}
+
+fn take_free(q: &QueueRt, permit: &mut OwnedSemaphorePermit) {
     let free = u32::try_from(q.slots.available_permits()).unwrap_or(u32::MAX);
     if free > 0 {
         if let Ok(more) = q.slots.clone().try_acquire_many_owned(free) {
             permit.merge(more);
         }
     }
-    Some(permit)
 }
 
 /// One `dequeue_many` for up to `max` tasks, waiting until one is ready or shutdown (the
@@ -269,4 +296,20 @@ impl TokenBucket {
 )]
 fn whole(tokens: f64) -> usize {
     tokens.floor().max(0.0) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_bucket_starts_full_and_takes_refunds_back() {
+        let bucket = TokenBucket::new(0.001, 3);
+        assert_eq!(bucket.take(5).await, 3, "a full bucket gives at most its burst");
+        bucket.refund(2);
+        assert_eq!(bucket.take(1).await, 1);
+        assert_eq!(bucket.take(5).await, 1, "one refunded token left");
+        bucket.refund(10);
+        assert_eq!(bucket.take(10).await, 3, "refunds never exceed the burst");
+    }
 }

@@ -20,7 +20,7 @@ use crate::{Client, Error, Result};
 /// async fn import(ctx: JobContext) -> Result<Option<Vec<u8>>, JobError> {
 ///     for page in 0..100 {
 ///         if ctx.is_cancelled() {
-///             return Err(JobError::msg("stopped at page {page}"));
+///             return Err(JobError::msg(format!("stopped at page {page}")));
 ///         }
 ///         // ... work on `page`, then keep the lease if heartbeats are manual:
 ///         ctx.renew_lease().await?;

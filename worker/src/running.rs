@@ -102,3 +102,30 @@ impl Running {
         self.map().values().map(Vec::len).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_id_may_run_twice_and_interrupts_reach_both() {
+        let running = Running::default();
+        let stale = running.register("t1");
+        let fresh = running.register("t1");
+        assert_eq!((running.len(), running.get("t1").len()), (2, 2));
+        assert_eq!(running.interrupt_all(), 2);
+        assert!(stale.has(INTERRUPTED) && fresh.cancel.is_cancelled());
+        let late = running.register("t2");
+        assert!(late.has(INTERRUPTED), "registered after the interrupt: interrupted at once");
+        running.remove("t1", &stale);
+        assert_eq!(running.get("t1").len(), 1);
+        running.remove("t1", &fresh);
+        assert!(running.get("t1").is_empty());
+        assert!(late.holds_lease());
+        late.mark(RELEASED, false);
+        assert!(!late.holds_lease());
+        late.unmark(RELEASED);
+        late.mark(LEASE_LOST, false);
+        assert!(!late.holds_lease());
+    }
+}
