@@ -248,7 +248,7 @@ fn indexes_stay_consistent_across_random_operations() {
             let mut state = w.store.lock().unwrap_or_else(|e| panic!("{e}"));
             let rules = crate::prune::Rules {
                 before: request.finished_before,
-                statuses: crate::prune::prune_statuses(&request).unwrap_or_default(),
+                statuses: taskgate::validate::prune_statuses(&request.statuses).unwrap_or_default(),
                 include_keyed: true,
             };
             let mut units = state.prune_units(&rules).into_iter().peekable();

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
     validate, AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest,
-    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Status, Step, Task,
+    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
@@ -226,10 +226,7 @@ impl SqlBroker {
     }
 
     fn claim_args(queues: &[&str], max: usize) -> Result<Vec<String>> {
-        validate::validate_queues(queues)?;
-        if max == 0 {
-            return Err(Error::invalid("max", "must be at least 1"));
-        }
+        validate::validate_claim(queues, max)?;
         Ok(queues.iter().map(|q| (*q).to_owned()).collect())
     }
 }
@@ -364,14 +361,7 @@ impl Broker for SqlBroker {
         let opts = self.opts()?;
         let mut outcomes: Vec<Option<Result<()>>> = items
             .iter()
-            .map(|i| {
-                validate::validate_id(&i.id)
-                    .and_then(|()| {
-                        validate::validate_bytes("result", i.result.as_deref(), &opts.limits)
-                    })
-                    .err()
-                    .map(Err)
-            })
+            .map(|i| validate::validate_ack_item(i, &opts.limits).err().map(Err))
             .collect();
         let valid: Vec<AckItem> = items
             .iter()
@@ -462,7 +452,7 @@ impl Broker for SqlBroker {
 
     async fn replay(&self, request: ReplayRequest) -> Result<Task> {
         let opts = self.opts()?;
-        check_replay_request(&request, &opts)?;
+        validate::validate_replay_request(&request, &opts.limits)?;
         let done = in_tx!(&self.core, &opts, "replay", |tx| replay::replay(&mut tx, &request));
         done.map_err(|e| match e {
             TxFail::Db(db)
@@ -534,7 +524,7 @@ impl Broker for SqlBroker {
 
     async fn prune(&self, request: PruneRequest) -> Result<u64> {
         let opts = self.opts()?;
-        let statuses = prune_statuses(&request.statuses)?;
+        let statuses = validate::prune_statuses(&request.statuses)?;
         let mut total = 0u64;
         let mut budget = if request.limit == 0 { usize::MAX } else { request.limit };
         let mut first = true;
@@ -562,29 +552,5 @@ impl SqlBroker {
     /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
     fn ack_chunk(&self) -> usize {
         (self.core.dialect.max_params() / 4).clamp(1, 1_000)
-    }
-}
-
-/// Exactly one of ID and key; both well-formed; payload within limits.
-fn check_replay_request(request: &ReplayRequest, opts: &ResolvedOptions) -> Result<()> {
-    match (request.execution_id.is_empty(), request.business_key.is_empty()) {
-        (true, true) => Err(Error::invalid("request", "set execution_id or business_key")),
-        (false, false) => {
-            Err(Error::invalid("request", "set only one of execution_id and business_key"))
-        }
-        (false, true) => validate::validate_id(&request.execution_id),
-        (true, false) => validate::validate_name("business_key", &request.business_key, false),
-    }?;
-    validate::validate_bytes("payload", request.payload.as_deref(), &opts.limits)
-}
-
-/// The statuses a prune may delete: empty means all three terminal ones.
-fn prune_statuses(statuses: &[Status]) -> Result<Vec<Status>> {
-    if statuses.is_empty() {
-        return Ok(vec![Status::Completed, Status::Failed, Status::Canceled]);
-    }
-    match statuses.iter().find(|s| !s.is_terminal()) {
-        Some(s) => Err(Error::invalid("statuses", format!("{s} is not a terminal status"))),
-        None => Ok(statuses.to_vec()),
     }
 }
