@@ -189,10 +189,19 @@ pub trait Broker: Send + Sync {
 
     /// Stores a new task and returns the stored snapshot (generated ID, decided status,
     /// timestamps). On error nothing is stored.
-    async fn enqueue(&self, task: &Task) -> Result<Task>;
+    ///
+    /// Provided: [`Broker::enqueue_many`] with a batch of one, which behaves exactly as one
+    /// enqueue (same checks, same errors). Backends implement only the batch form.
+    async fn enqueue(&self, task: &Task) -> Result<Task> {
+        let mut stored = self.enqueue_many(std::slice::from_ref(task)).await?;
+        stored.pop().ok_or_else(|| {
+            crate::Error::backend(self.backend(), "enqueue_many stored no task for a batch of one")
+        })
+    }
 
     /// Stores several tasks in one atomic unit: all or nothing (§E8). Tasks may depend on
-    /// earlier tasks of the same batch.
+    /// earlier tasks of the same batch. The first failing task's error is returned; with more
+    /// than one task, an `InvalidInput` reason names its index.
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>>;
 
     /// Claims up to `max` ready tasks from `queues` without waiting; may return none.
@@ -214,7 +223,16 @@ pub trait Broker: Send + Sync {
     }
 
     /// Completes a running task with `result`, waking its children.
-    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()>;
+    ///
+    /// Provided: [`Broker::ack_many`] with one item, whose outcome it returns. Backends
+    /// implement only the batch form.
+    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
+        let item = AckItem { id: id.to_owned(), token: token.to_owned(), result };
+        let mut outcomes = self.ack_many(std::slice::from_ref(&item)).await?;
+        outcomes.pop().unwrap_or_else(|| {
+            Err(crate::Error::backend(self.backend(), "ack_many returned no outcome for one item"))
+        })
+    }
 
     /// Completes several tasks in one atomic unit; each item succeeds or fails on its own
     /// (a stale token fails only that item). The outer error is a storage failure.

@@ -149,8 +149,13 @@ pub fn validate_task(task: &Task, limits: &Limits) -> Result<()> {
     validate_message(&task.message)
 }
 
-/// Checks every task of a batch; the error names the failing item's index.
+/// Checks every task of a batch; the first failure is returned. With more than one task, an
+/// `InvalidInput` reason names the failing item's index; a batch of one (what `enqueue` sends)
+/// gets exactly [`validate_task`]'s error.
 pub fn validate_tasks(tasks: &[Task], limits: &Limits) -> Result<()> {
+    if let [task] = tasks {
+        return validate_task(task, limits);
+    }
     for (i, task) in tasks.iter().enumerate() {
         validate_task(task, limits).map_err(|e| match e {
             Error::InvalidInput { field, reason } => {
@@ -232,6 +237,17 @@ mod tests {
     #[case::replay_of(Task { replay_of: "e1".into(), ..Task::new("t", "q") }, Some("replay_of"))]
     fn task_limits(#[case] task: Task, #[case] field: Option<&'static str>) {
         assert_eq!(field_of(validate_task(&task, &Limits::default())), field);
+    }
+
+    #[test]
+    fn batch_errors_name_the_index_only_in_batches_of_several() {
+        let reason = |tasks: &[Task]| match validate_tasks(tasks, &Limits::default()) {
+            Err(Error::InvalidInput { field, reason }) => format!("{field}: {reason}"),
+            other => format!("{other:?}"),
+        };
+        let bad = Task::new("", "q");
+        assert_eq!(reason(std::slice::from_ref(&bad)), "type: must not be empty");
+        assert_eq!(reason(&[Task::new("t", "q"), bad]), "type: task 1: must not be empty");
     }
 
     #[test]

@@ -54,13 +54,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use taskgate::validate::{
-    prune_statuses, validate_bytes, validate_claim, validate_id, validate_queue,
-    validate_replay_request, validate_step, validate_task, validate_tasks,
+    prune_statuses, validate_claim, validate_id, validate_queue, validate_replay_request,
+    validate_step, validate_tasks,
 };
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
 use taskgate::{
-    AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest, QuotaConfig,
-    QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task,
+    AckItem, Broker, BrokerOptions, Counts, Failure, Filter, PruneRequest, QuotaConfig, QuotaGate,
+    QuotaProvider, ReplayRequest, Result, Step, Task,
 };
 
 use crate::prune::Rules;
@@ -150,13 +150,6 @@ impl Broker for MemoryBroker {
         Ok(())
     }
 
-    async fn enqueue(&self, task: &Task) -> Result<Task> {
-        let limits = self.inner.life.options()?.limits;
-        validate_task(task, &limits)?;
-        let mut stored = self.write(|txn| txn.enqueue_batch(std::slice::from_ref(task)))?;
-        stored.pop().ok_or_else(|| Error::backend(NAME, "enqueue stored no task"))
-    }
-
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {
         let limits = self.inner.life.options()?.limits;
         validate_tasks(tasks, &limits)?;
@@ -175,13 +168,6 @@ impl Broker for MemoryBroker {
         let hub = &self.inner.store.hub;
         let probe = || std::future::ready(self.probe(queues, max));
         wait_for_work(hub, &self.inner.life, &*clock, None, probe).await
-    }
-
-    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
-        let opts = self.inner.life.options()?;
-        validate_id(id)?;
-        validate_bytes("result", result.as_deref(), &opts.limits)?;
-        self.inner.store.write(&opts, |txn| txn.ack(id, token, result))?
     }
 
     async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {

@@ -289,16 +289,6 @@ impl Broker for SqlBroker {
         Ok(())
     }
 
-    async fn enqueue(&self, task: &Task) -> Result<Task> {
-        let opts = self.opts()?;
-        validate::validate_task(task, &opts.limits)?;
-        let done = in_tx!(&self.core, &opts, "enqueue", |tx| enqueue::enqueue(&mut tx, task));
-        match done {
-            Ok(row) => Ok(row.task),
-            Err(e) => Err(self.enqueue_error(e, Some(task)).await),
-        }
-    }
-
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {
         let opts = self.opts()?;
         validate::validate_tasks(tasks, &opts.limits)?;
@@ -327,7 +317,10 @@ impl Broker for SqlBroker {
         });
         match done {
             Ok(stored) => Ok(stored),
-            Err(e) => Err(self.enqueue_error(e, None).await),
+            // A batch of one (what `enqueue` sends) knows which task hit a unique index.
+            Err(e) => Err(self
+                .enqueue_error(e, if tasks.len() == 1 { tasks.first() } else { None })
+                .await),
         }
     }
 
@@ -349,12 +342,6 @@ impl Broker for SqlBroker {
             self.probe_and_claim(opts.clone(), queues.clone(), max)
         })
         .await
-    }
-
-    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
-        let item = AckItem { id: id.to_owned(), token: token.to_owned(), result };
-        let mut outcomes = self.ack_many(std::slice::from_ref(&item)).await?;
-        outcomes.pop().unwrap_or_else(|| Err(Error::not_found(id)))
     }
 
     async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {

@@ -115,12 +115,6 @@ macro_rules! delegate_broker {
             async fn close(&self) -> $crate::__private::taskgate::Result<()> {
                 $crate::__private::taskgate::Broker::close(&self.$field).await
             }
-            async fn enqueue(
-                &self,
-                task: &$crate::__private::taskgate::Task,
-            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Task> {
-                $crate::__private::taskgate::Broker::enqueue(&self.$field, task).await
-            }
             async fn enqueue_many(
                 &self,
                 tasks: &[$crate::__private::taskgate::Task],
@@ -141,14 +135,6 @@ macro_rules! delegate_broker {
                 max: usize,
             ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
                 $crate::__private::taskgate::Broker::dequeue_many(&self.$field, queues, max).await
-            }
-            async fn ack(
-                &self,
-                id: &str,
-                token: &str,
-                result: Option<Vec<u8>>,
-            ) -> $crate::__private::taskgate::Result<()> {
-                $crate::__private::taskgate::Broker::ack(&self.$field, id, token, result).await
             }
             async fn ack_many(
                 &self,
