@@ -66,7 +66,7 @@ use sqlx::mysql::{MySql, MySqlPool};
 use taskgate::{Error, Result, Task, Timestamp};
 use taskgate_sql::{EngineConfig, HotStatement, SqlBroker};
 
-use crate::adapter::{BorrowedConn, Health, MySqlAdapter, StatementLog};
+use crate::adapter::{BorrowedConn, Health, MySqlAdapter};
 pub use crate::dialect::MySqlDialect;
 pub use crate::migrations::MIGRATIONS;
 pub use crate::options::{
@@ -85,7 +85,6 @@ pub const NAME: &str = "mysql";
 pub struct MySqlBroker {
     inner: SqlBroker,
     pool: MySqlPool,
-    log: Option<Arc<StatementLog>>,
 }
 
 taskgate_sql::delegate_broker!(MySqlBroker, inner);
@@ -100,7 +99,13 @@ impl MySqlBroker {
     fn build(options: MySqlOptions) -> Result<MySqlBroker> {
         let health = Arc::new(Health::default());
         let pool = options.pool(health.clone());
-        let adapter = Arc::new(MySqlAdapter::new(pool.clone(), options.log.clone(), health));
+        let adapter: Arc<dyn taskgate_sql::Adapter> =
+            Arc::new(MySqlAdapter::new(pool.clone(), health));
+        #[cfg(feature = "test-hooks")]
+        let adapter = match &options.log {
+            Some(log) => taskgate_sql::RecordingAdapter::wrap(adapter, log.clone()),
+            None => adapter,
+        };
         let config = EngineConfig {
             prefix: options.prefix.clone(),
             poll_interval: options.poll_interval,
@@ -108,7 +113,7 @@ impl MySqlBroker {
             migrate_on_init: true,
         };
         let inner = SqlBroker::new(adapter, Arc::new(MySqlDialect), config)?;
-        Ok(MySqlBroker { inner, pool, log: options.log })
+        Ok(MySqlBroker { inner, pool })
     }
 
     /// Transactional enqueue (extensions §E15): enqueues `task` inside the caller's open
@@ -158,18 +163,6 @@ impl MySqlBroker {
     /// The engine broker inside.
     pub fn engine(&self) -> &SqlBroker {
         &self.inner
-    }
-
-    /// Every distinct statement text this handle ran, when built
-    /// with `MySqlOptions::record_statements` (feature `testing`); empty otherwise.
-    pub fn recorded_statements(&self) -> Vec<String> {
-        self.log.as_ref().map(|l| l.snapshot()).unwrap_or_default()
-    }
-
-    /// How many statements this handle ran, when built with `MySqlOptions::record_statements`
-    /// (feature `testing`); 0 otherwise.
-    pub fn statement_count(&self) -> u64 {
-        self.log.as_ref().map_or(0, |l| l.count())
     }
 }
 

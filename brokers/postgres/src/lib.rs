@@ -75,11 +75,6 @@ struct Handle {
     tag: String,
     application_name: String,
     listener: tokio::task::JoinHandle<()>,
-    #[cfg_attr(
-        not(feature = "testing"),
-        expect(dead_code, reason = "read by take_statements, a testing-feature API")
-    )]
-    recorder: Option<adapter::Recorder>,
 }
 
 impl Drop for Handle {
@@ -116,7 +111,6 @@ impl PgBroker {
             .acquire_timeout(options.acquire_timeout)
             .connect_lazy_with(connect.clone().application_name(&format!("{app}:listen")));
         let dialect = PgDialect::new(tag.clone());
-        let recorder = options.record.then(adapter::Recorder::default);
         let channel = wake_channel(&options.prefix);
         let adapter = PgAdapter {
             pool: pool.clone(),
@@ -125,7 +119,12 @@ impl PgBroker {
             wake_sql: dialect.wake_sql_text(&options.prefix).into(),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),
             reconnect_attempts: options.pool_size.saturating_add(2),
-            recorder: recorder.clone(),
+        };
+        let adapter: Arc<dyn taskgate_sql::Adapter> = Arc::new(adapter);
+        #[cfg(feature = "test-hooks")]
+        let adapter = match &options.log {
+            Some(log) => taskgate_sql::RecordingAdapter::wrap(adapter, log.clone()),
+            None => adapter,
         };
         let config = EngineConfig {
             prefix: options.prefix.clone(),
@@ -133,10 +132,10 @@ impl PgBroker {
             migrations: MIGRATIONS,
             migrate_on_init: true,
         };
-        let inner = SqlBroker::new(Arc::new(adapter), Arc::new(dialect), config)?;
+        let inner = SqlBroker::new(adapter, Arc::new(dialect), config)?;
         let listener =
             tokio::spawn(notifier::listen(inner.clone(), listen_pool, channel, tag.clone()));
-        let handle = Handle { pool, tag, application_name: app, listener, recorder };
+        let handle = Handle { pool, tag, application_name: app, listener };
         Ok(PgBroker { inner, handle: Arc::new(handle) })
     }
 
@@ -187,16 +186,6 @@ impl PgBroker {
     /// The payload of this handle's wake-up notifications (unique per handle).
     pub fn tag(&self) -> &str {
         &self.handle.tag
-    }
-
-    /// Takes the statements this handle ran since the last call, with their arguments, when
-    /// it was built with `PgOptions::record_statements` (tests read query plans with them).
-    #[cfg(feature = "testing")]
-    pub fn take_statements(&self) -> Vec<(String, Vec<taskgate_sql::Value>)> {
-        match &self.handle.recorder {
-            Some(r) => std::mem::take(&mut *r.lock().unwrap_or_else(|p| p.into_inner())),
-            None => Vec::new(),
-        }
     }
 
     /// The engine underneath.

@@ -59,8 +59,10 @@
 //! engine runs, and what they need from indexes, are listed by [`SqlBroker::hot_statements`]
 //! (check them with `EXPLAIN` in a test, as `brokers/sqlite/tests/plans.rs` does).
 //!
-//! Then run the contract suite (`brokertest::contract_tests!`) on the backend; the engine's
-//! `test-hooks` feature gives `SqlBroker::set_before_commit_hook` for crash tests.
+//! Then run the contract suite (`brokertest::contract_tests!`) on the backend. The engine's
+//! `test-hooks` feature (never enabled by a shipped binary) gives `SqlBroker::set_before_commit_hook`
+//! for crash tests and `RecordingAdapter` / `StatementLog`, the one statement recorder every
+//! backend's `record_statements(log)` option wraps its adapter with.
 
 mod adapter;
 mod broker;
@@ -70,6 +72,8 @@ mod migrate;
 mod ops;
 mod plans;
 mod quota;
+#[cfg(feature = "test-hooks")]
+mod recording;
 pub mod row;
 mod value;
 
@@ -83,6 +87,8 @@ pub use dialect::{
 };
 pub use migrate::{migrate, split_statements, Migration};
 pub use plans::HotStatement;
+#[cfg(feature = "test-hooks")]
+pub use recording::{RecordingAdapter, StatementLog};
 pub use value::{DecodeError, Kind, Row, Value};
 
 #[doc(hidden)]
