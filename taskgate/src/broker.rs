@@ -187,6 +187,12 @@ pub trait Broker: Send + Sync {
     /// Idempotent.
     async fn close(&self) -> Result<()>;
 
+    /// The broker's current time, the clock every stored time is judged by: the injected
+    /// clock when one is set ([`BrokerOptions::clock`]), else the local system clock (memory,
+    /// SQLite), else the database server's (PostgreSQL, MySQL: one query). Workers compare
+    /// stored times (`run_at`, lease deadlines) with this, never with their own clock.
+    async fn now(&self) -> Result<Timestamp>;
+
     /// Stores a new task and returns the stored snapshot (generated ID, decided status,
     /// timestamps). On error nothing is stored.
     ///

@@ -60,7 +60,7 @@ use taskgate::validate::{
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
 use taskgate::{
     AckItem, Broker, BrokerOptions, Counts, Failure, Filter, PruneRequest, QuotaConfig, QuotaGate,
-    QuotaProvider, ReplayRequest, Result, Step, Task,
+    QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
 };
 
 use crate::prune::Rules;
@@ -148,6 +148,10 @@ impl Broker for MemoryBroker {
     async fn close(&self) -> Result<()> {
         self.inner.life.close();
         Ok(())
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        Ok(self.inner.life.options()?.clock.now_ms())
     }
 
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {

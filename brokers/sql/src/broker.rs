@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
     validate, AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest,
-    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task,
+    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task, Timestamp,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
@@ -287,6 +287,14 @@ impl Broker for SqlBroker {
             self.core.adapter.close().await;
         }
         Ok(())
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        let opts = self.opts()?;
+        match self.core.local_now(&opts) {
+            Some(now) => Ok(now),
+            None => read::now(&self.core).await,
+        }
     }
 
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {

@@ -121,6 +121,11 @@ macro_rules! delegate_broker {
             async fn close(&self) -> $crate::__private::taskgate::Result<()> {
                 $crate::__private::taskgate::Broker::close(&self.$field).await
             }
+            async fn now(
+                &self,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Timestamp> {
+                $crate::__private::taskgate::Broker::now(&self.$field).await
+            }
             async fn enqueue_many(
                 &self,
                 tasks: &[$crate::__private::taskgate::Task],
