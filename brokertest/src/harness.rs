@@ -168,7 +168,7 @@ impl Harness {
     /// Claims from `queue` and fails the claim with `kind`, message "boom", retry at now.
     pub async fn fail_now(&self, queue: &str, kind: FailKind) -> Task {
         let claimed = self.dequeue(&[queue]).await;
-        let failure = Failure { kind, message: "boom".into(), retry_at: self.now() };
+        let failure = Failure::new(kind, "boom", self.now());
         if let Err(e) = self.broker.fail(&claimed.id, &claimed.lease_token, failure).await {
             panic!("fail {} failed: {e}", claimed.id);
         }

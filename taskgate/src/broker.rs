@@ -19,31 +19,100 @@ pub enum FailKind {
     Skip,
 }
 
+/// When a failed task may run again: decided by the worker, timed by the broker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RetryAt {
+    /// At once: the broker's "now" inside the fail.
+    #[default]
+    Now,
+    /// At this instant, as given ([`Timestamp::ZERO`] means now). A worker whose clock
+    /// differs from the broker's (a PostgreSQL or MySQL server) misjudges it by that skew;
+    /// prefer [`RetryAt::After`].
+    At(Timestamp),
+    /// This long after the broker's "now", which the broker reads inside the fail's own atomic
+    /// unit (the server's clock on PostgreSQL and MySQL, no extra round trip).
+    After(Duration),
+}
+
+impl RetryAt {
+    /// The retry time when the broker's clock reads `now`.
+    pub fn resolve(self, now: Timestamp) -> Timestamp {
+        match self {
+            RetryAt::Now => now,
+            RetryAt::At(at) if at.is_zero() => now,
+            RetryAt::At(at) => at,
+            RetryAt::After(delay) => now.saturating_add(delay),
+        }
+    }
+}
+
+impl From<Timestamp> for RetryAt {
+    /// [`RetryAt::At`], or [`RetryAt::Now`] for [`Timestamp::ZERO`].
+    fn from(at: Timestamp) -> Self {
+        if at.is_zero() {
+            RetryAt::Now
+        } else {
+            RetryAt::At(at)
+        }
+    }
+}
+
+impl From<Duration> for RetryAt {
+    /// [`RetryAt::After`].
+    fn from(delay: Duration) -> Self {
+        RetryAt::After(delay)
+    }
+}
+
 /// What [`Broker::fail`] records.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskgate::{Failure, RetryAt};
+///
+/// // "Retry in 30 s", timed by the broker's clock inside the fail.
+/// let failure = Failure::business_after("gateway timeout", Duration::from_secs(30));
+/// assert_eq!(failure.retry, RetryAt::After(Duration::from_secs(30)));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
     /// Which counter the failure consumes.
     pub kind: FailKind,
     /// The error text stored as `last_error`.
     pub message: String,
-    /// When a retry may run; zero means now. Ignored for [`FailKind::Skip`].
-    pub retry_at: Timestamp,
+    /// When a retry may run. Ignored for [`FailKind::Skip`] and when no retry is left.
+    pub retry: RetryAt,
 }
 
 impl Failure {
-    /// A business failure retried at `retry_at`.
-    pub fn business(message: impl Into<String>, retry_at: Timestamp) -> Self {
-        Failure { kind: FailKind::Business, message: message.into(), retry_at }
+    /// A failure of `kind` retried at `retry` (a [`RetryAt`], [`Timestamp`] or [`Duration`]).
+    pub fn new(kind: FailKind, message: impl Into<String>, retry: impl Into<RetryAt>) -> Self {
+        Failure { kind, message: message.into(), retry: retry.into() }
     }
 
-    /// A throttled failure retried at `retry_at`.
+    /// A business failure retried at `retry_at` (zero means now).
+    pub fn business(message: impl Into<String>, retry_at: Timestamp) -> Self {
+        Failure::new(FailKind::Business, message, retry_at)
+    }
+
+    /// A business failure retried `delay` after the broker's now.
+    pub fn business_after(message: impl Into<String>, delay: Duration) -> Self {
+        Failure::new(FailKind::Business, message, delay)
+    }
+
+    /// A throttled failure retried at `retry_at` (zero means now).
     pub fn throttled(message: impl Into<String>, retry_at: Timestamp) -> Self {
-        Failure { kind: FailKind::Throttled, message: message.into(), retry_at }
+        Failure::new(FailKind::Throttled, message, retry_at)
+    }
+
+    /// A throttled failure retried `delay` after the broker's now (a `Retry-After`).
+    pub fn throttled_after(message: impl Into<String>, delay: Duration) -> Self {
+        Failure::new(FailKind::Throttled, message, delay)
     }
 
     /// A failure that is final at once.
     pub fn skip(message: impl Into<String>) -> Self {
-        Failure { kind: FailKind::Skip, message: message.into(), retry_at: Timestamp::ZERO }
+        Failure::new(FailKind::Skip, message, RetryAt::Now)
     }
 }
 

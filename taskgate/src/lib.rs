@@ -34,7 +34,7 @@ pub mod validate;
 pub mod wake;
 
 pub use broker::{
-    AckItem, Broker, Counts, FailKind, Failure, Filter, PruneRequest, ReplayRequest, Step,
+    AckItem, Broker, Counts, FailKind, Failure, Filter, PruneRequest, ReplayRequest, RetryAt, Step,
 };
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, Ticker, CONTRACT_EPOCH};
 pub use error::{BoxError, Error, ErrorKind, ExistingTask, Result};

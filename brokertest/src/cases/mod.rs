@@ -25,7 +25,7 @@ mod steps;
 pub use basics::{c01_round_trip, c02_business_key_idempotent};
 pub use batches::{c28_batches, c29_dequeue_cancel_safety};
 pub use claims::{c03_claim_mutex, c04_blocking_dequeue, c05_delayed_task, c09_retrying_reclaim};
-pub use clock::c33_broker_now;
+pub use clock::{c33_broker_now, c34_retry_after};
 pub use deps::{c10_dep_wake, c11_cascade_cancel, c12_cancel_states};
 pub use identity::{c19_replay_basic, c20_replay_chain, c22_identity_race};
 pub use leases::c07_lease_reap;
