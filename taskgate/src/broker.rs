@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{BrokerOptions, QuotaProvider, Result, Status, Task, Timestamp};
+use crate::{BrokerOptions, QueueList, QuotaProvider, Result, Status, Task, Timestamp};
 
 /// The kind of a worker-reported failure (contract §4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -229,7 +229,8 @@ pub struct PruneRequest {
 /// with [`Error::LeaseLost`](crate::Error::LeaseLost) when it does not hold the current lease.
 /// Every method before [`Broker::init`] fails with `NotInitialized`, and after
 /// [`Broker::close`] with `Closed`. The trait is object-safe: runtimes and tools hold
-/// `Arc<dyn Broker>`.
+/// `Arc<dyn Broker>`. Claims take their queues as a [`QueueList`]: `&["q"]`, `&vec_of_strings`
+/// and `&slice` all work.
 ///
 /// ```
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -279,21 +280,22 @@ pub trait Broker: Send + Sync {
     /// than one task, an `InvalidInput` reason names its index.
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>>;
 
-    /// Claims up to `max` ready tasks from `queues` without waiting; may return none.
-    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>>;
+    /// Claims up to `max` ready tasks from `queues` without waiting; may return none. The queue
+    /// list is checked before `max` (at least one queue, each a valid name; `max` ≥ 1).
+    async fn try_dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>>;
 
     /// Claims up to `max` ready tasks, waiting until at least one is ready (§E8). Cancel-safe:
     /// dropping the future either claims nothing or returns what it claimed to `pending` at once.
-    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>>;
+    async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>>;
 
     /// Claims one ready task, waiting until one is ready. Cancel-safe like `dequeue_many`.
-    async fn dequeue(&self, queues: &[&str]) -> Result<Task> {
+    async fn dequeue(&self, queues: &dyn QueueList) -> Result<Task> {
         let mut tasks = self.dequeue_many(queues, 1).await?;
         tasks.pop().ok_or_else(|| crate::Error::backend(self.backend(), "dequeue returned no task"))
     }
 
     /// Claims one ready task without waiting.
-    async fn try_dequeue(&self, queues: &[&str]) -> Result<Option<Task>> {
+    async fn try_dequeue(&self, queues: &dyn QueueList) -> Result<Option<Task>> {
         Ok(self.try_dequeue_many(queues, 1).await?.pop())
     }
 

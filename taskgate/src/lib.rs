@@ -26,6 +26,7 @@ mod error;
 pub mod id;
 pub mod notify;
 mod options;
+mod queues;
 mod quota;
 mod task;
 mod time;
@@ -42,6 +43,7 @@ pub use options::{
     BrokerOptions, ResolvedOptions, DEFAULT_LEASE_LOST_MAX, DEFAULT_LEASE_TTL,
     DEFAULT_THROTTLED_MAX,
 };
+pub use queues::QueueList;
 pub use quota::{window_start, QuotaConfig, QuotaGate, QuotaProvider, Reservation};
 pub use task::{OnParentFailure, Status, Task};
 pub use time::{duration_millis, Timestamp};

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::{AckItem, Error, ReplayRequest, Result, Status, Step, Task};
+use crate::{AckItem, Error, QueueList, ReplayRequest, Result, Status, Step, Task};
 
 /// Longest id, type, queue, business key or owner, in Unicode scalar values.
 pub const MAX_NAME_CHARS: usize = 255;
@@ -60,17 +60,17 @@ pub fn validate_queue(queue: &str) -> Result<()> {
 }
 
 /// Checks a claim's queue list: at least one queue, each a valid name.
-pub fn validate_queues(queues: &[&str]) -> Result<()> {
+pub fn validate_queues(queues: &dyn QueueList) -> Result<()> {
     if queues.is_empty() {
         return Err(Error::invalid("queues", "at least one queue is required"));
     }
-    queues.iter().try_for_each(|q| validate_queue(q))
+    queues.iter().try_for_each(validate_queue)
 }
 
 /// Checks a claim's arguments in the contract's order: the queue list first (at least one
 /// queue, each a valid name: `InvalidInput { field: "queues" }` or `"queue"`), then `max`
 /// (at least 1: `InvalidInput { field: "max" }`).
-pub fn validate_claim(queues: &[&str], max: usize) -> Result<()> {
+pub fn validate_claim(queues: &dyn QueueList, max: usize) -> Result<()> {
     validate_queues(queues)?;
     if max == 0 {
         return Err(Error::invalid("max", "must be at least 1"));
@@ -283,7 +283,7 @@ mod tests {
         #[case] max: usize,
         #[case] field: Option<&'static str>,
     ) {
-        assert_eq!(field_of(validate_claim(queues, max)), field);
+        assert_eq!(field_of(validate_claim(&queues, max)), field);
     }
 
     #[rstest]

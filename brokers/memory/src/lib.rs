@@ -59,8 +59,8 @@ use taskgate::validate::{
 };
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
 use taskgate::{
-    AckItem, Broker, BrokerOptions, Counts, Failure, Filter, PruneRequest, QuotaConfig, QuotaGate,
-    QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
+    AckItem, Broker, BrokerOptions, Counts, Failure, Filter, PruneRequest, QueueList, QuotaConfig,
+    QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
 };
 
 use crate::prune::Rules;
@@ -160,17 +160,19 @@ impl Broker for MemoryBroker {
         self.write(|txn| txn.enqueue_batch(tasks))
     }
 
-    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+    async fn try_dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let opts = self.inner.life.options()?;
         validate_claim(queues, max)?;
-        self.inner.store.write(&opts, |txn| txn.claim(queues, max))?
+        let queues = queues.to_vec();
+        self.inner.store.write(&opts, |txn| txn.claim(&queues, max))?
     }
 
-    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+    async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let clock = self.inner.life.options()?.clock.clone();
         validate_claim(queues, max)?;
+        let queues = queues.to_vec();
         let hub = &self.inner.store.hub;
-        let probe = || std::future::ready(self.probe(queues, max));
+        let probe = || std::future::ready(self.probe(&queues, max));
         wait_for_work(hub, &self.inner.life, &*clock, None, probe).await
     }
 

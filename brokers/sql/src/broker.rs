@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
     validate, AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest,
-    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task, Timestamp,
+    QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task, Timestamp,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
@@ -225,9 +225,9 @@ impl SqlBroker {
         Ok(Probe::Claimed(claimed))
     }
 
-    fn claim_args(queues: &[&str], max: usize) -> Result<Vec<String>> {
+    fn claim_args(queues: &dyn QueueList, max: usize) -> Result<Vec<String>> {
         validate::validate_claim(queues, max)?;
-        Ok(queues.iter().map(|q| (*q).to_owned()).collect())
+        Ok(queues.iter().map(str::to_owned).collect())
     }
 }
 
@@ -332,7 +332,7 @@ impl Broker for SqlBroker {
         }
     }
 
-    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+    async fn try_dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let opts = self.opts()?;
         let queues = Self::claim_args(queues, max)?;
         match self.probe_and_claim(opts, queues, max).await? {
@@ -341,7 +341,7 @@ impl Broker for SqlBroker {
         }
     }
 
-    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+    async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let opts = self.opts()?;
         let queues = Self::claim_args(queues, max)?;
         let core = &self.core;

@@ -134,7 +134,7 @@ macro_rules! delegate_broker {
             }
             async fn try_dequeue_many(
                 &self,
-                queues: &[&str],
+                queues: &dyn $crate::__private::taskgate::QueueList,
                 max: usize,
             ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
                 $crate::__private::taskgate::Broker::try_dequeue_many(&self.$field, queues, max)
@@ -142,7 +142,7 @@ macro_rules! delegate_broker {
             }
             async fn dequeue_many(
                 &self,
-                queues: &[&str],
+                queues: &dyn $crate::__private::taskgate::QueueList,
                 max: usize,
             ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
                 $crate::__private::taskgate::Broker::dequeue_many(&self.$field, queues, max).await
