@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{BrokerOptions, QueueList, QuotaProvider, Result, Status, Task, Timestamp};
+use crate::{
+    BrokerOptions, Capabilities, QueueList, QuotaProvider, Result, Status, Task, Timestamp,
+};
 
 /// The kind of a worker-reported failure (contract §4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -368,6 +370,10 @@ pub trait Broker: Send + Sync {
 
     /// Deletes old finished tasks (§E16); returns how many were deleted.
     async fn prune(&self, request: PruneRequest) -> Result<u64>;
+
+    /// What this backend supports beyond the core contract, declared (not discovered by
+    /// failing). `quota` is true exactly when [`Broker::quota_provider`] returns a provider.
+    fn capabilities(&self) -> Capabilities;
 
     /// The periodic-quota capability, when the backend has it (contract §9).
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

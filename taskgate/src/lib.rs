@@ -20,6 +20,7 @@
 
 pub mod backoff;
 mod broker;
+mod capabilities;
 mod clock;
 pub mod decide;
 mod error;
@@ -37,6 +38,7 @@ pub mod wake;
 pub use broker::{
     AckItem, Broker, Counts, FailKind, Failure, Filter, PruneRequest, ReplayRequest, RetryAt, Step,
 };
+pub use capabilities::Capabilities;
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, Ticker, CONTRACT_EPOCH};
 pub use error::{BoxError, Error, ErrorKind, ExistingTask, Result};
 pub use options::{

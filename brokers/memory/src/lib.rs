@@ -59,8 +59,8 @@ use taskgate::validate::{
 };
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
 use taskgate::{
-    AckItem, Broker, BrokerOptions, Counts, Failure, Filter, PruneRequest, QueueList, QuotaConfig,
-    QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
+    AckItem, Broker, BrokerOptions, Capabilities, Counts, Failure, Filter, PruneRequest, QueueList,
+    QuotaConfig, QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
 };
 
 use crate::prune::Rules;
@@ -295,6 +295,11 @@ impl Broker for MemoryBroker {
         }
         self.inner.store.lock()?.prune_quota(opts.clock.now_ms().as_secs());
         Ok(u64::try_from(total).unwrap_or(u64::MAX))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // Quota only: one process, nothing persisted, the local (or injected) clock.
+        Capabilities::NONE.with_quota(true)
     }
 
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

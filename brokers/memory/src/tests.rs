@@ -310,3 +310,11 @@ fn reaper_repairs_tasks_left_blocked() {
     assert_eq!(view("gc"), Some((Status::Canceled, "parent c2 canceled".to_owned())));
     assert_eq!(state.check(), Ok(()));
 }
+
+#[test]
+fn declares_quota_and_nothing_else() {
+    let broker = crate::MemoryBroker::new();
+    let caps = taskgate::Broker::capabilities(&broker);
+    assert_eq!(caps, taskgate::Capabilities::NONE.with_quota(true));
+    assert!(taskgate::Broker::quota_provider(&broker).is_some(), "quota declared, quota given");
+}

@@ -63,7 +63,7 @@ pub mod testing;
 use std::sync::Arc;
 
 use sqlx::mysql::{MySql, MySqlPool};
-use taskgate::{Error, Result, Task, Timestamp};
+use taskgate::{Capabilities, Error, Result, Task, Timestamp};
 use taskgate_sql::{EngineConfig, HotStatement, SqlBroker};
 
 use crate::adapter::{BorrowedConn, Health, MySqlAdapter};
@@ -76,6 +76,16 @@ pub use crate::options::{
 
 /// The backend's name in errors and reports.
 pub const NAME: &str = "mysql";
+
+/// What a MySQL broker declares ([`Broker::capabilities`](taskgate::Broker::capabilities)):
+/// quota, `enqueue_in`, shared durable storage and the server's clock; other processes' writes
+/// are found by polling (no cross-process wake-ups).
+pub const CAPABILITIES: Capabilities = Capabilities::NONE
+    .with_quota(true)
+    .with_transactional_enqueue(true)
+    .with_shared_storage(true)
+    .with_durable(true)
+    .with_server_clock(true);
 
 /// A taskgate broker on MySQL/MariaDB. Build it with [`MySqlBroker::connect`] or
 /// [`MySqlOptions`]; [`init`](taskgate::Broker::init) applies the migrations.
@@ -111,6 +121,7 @@ impl MySqlBroker {
             poll_interval: options.poll_interval,
             migrations: MIGRATIONS,
             migrate_on_init: true,
+            capabilities: CAPABILITIES,
         };
         let inner = SqlBroker::new(adapter, Arc::new(MySqlDialect), config)?;
         Ok(MySqlBroker { inner, pool })
@@ -178,5 +189,27 @@ impl MySqlOptions {
         let broker = self.connect_lazy()?;
         broker.pool.acquire().await.map_err(|e| Error::backend(NAME, e))?;
         Ok(broker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use taskgate::{Broker, Capabilities};
+
+    use super::{MySqlOptions, CAPABILITIES};
+
+    #[tokio::test]
+    async fn declares_all_but_cross_process_wakeups() -> taskgate::Result<()> {
+        let broker = MySqlOptions::from_url("mysql://nobody@127.0.0.1:9/none")?.connect_lazy()?;
+        assert_eq!(broker.capabilities(), CAPABILITIES);
+        let everything = Capabilities::NONE
+            .with_quota(true)
+            .with_transactional_enqueue(true)
+            .with_shared_storage(true)
+            .with_durable(true)
+            .with_server_clock(true);
+        assert_eq!(CAPABILITIES, everything, "polling, no LISTEN/NOTIFY");
+        assert!(broker.quota_provider().is_some(), "quota declared, quota given");
+        Ok(())
     }
 }

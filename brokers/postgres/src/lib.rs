@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Postgres;
-use taskgate::{Error, Result, Status, Task};
+use taskgate::{Capabilities, Error, Result, Status, Task};
 use taskgate_sql::{EngineConfig, SqlBroker};
 
 pub use dialect::{
@@ -60,6 +60,17 @@ pub use options::{
 
 use adapter::PgAdapter;
 use notifier::Notifier;
+
+/// What a PostgreSQL broker declares ([`Broker::capabilities`](taskgate::Broker::capabilities)):
+/// everything — quota, `enqueue_in`, `LISTEN/NOTIFY` wake-ups across processes, shared
+/// durable storage, the server's clock.
+pub const CAPABILITIES: Capabilities = Capabilities::NONE
+    .with_quota(true)
+    .with_transactional_enqueue(true)
+    .with_cross_process_wakeups(true)
+    .with_shared_storage(true)
+    .with_durable(true)
+    .with_server_clock(true);
 
 /// The PostgreSQL broker. Clones share one handle (one pool, one listener).
 #[derive(Clone, Debug)]
@@ -131,6 +142,7 @@ impl PgBroker {
             poll_interval: options.poll_interval,
             migrations: MIGRATIONS,
             migrate_on_init: true,
+            capabilities: CAPABILITIES,
         };
         let inner = SqlBroker::new(adapter, Arc::new(dialect), config)?;
         let listener =
@@ -198,4 +210,23 @@ impl PgBroker {
 fn handle_tag() -> String {
     let ulid = taskgate::id::new_ulid().to_ascii_lowercase();
     ulid[ulid.len() - 10..].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use taskgate::Broker;
+
+    use super::{PgBroker, CAPABILITIES};
+
+    #[tokio::test]
+    async fn declares_everything() -> taskgate::Result<()> {
+        // Building a broker does no I/O: no server is needed to read what it declares.
+        let broker = PgBroker::connect("postgres://nobody@127.0.0.1:9/none").await?;
+        assert_eq!(broker.capabilities(), CAPABILITIES);
+        let c = CAPABILITIES;
+        assert!(c.quota && c.transactional_enqueue && c.cross_process_wakeups);
+        assert!(c.shared_storage && c.durable && c.server_clock);
+        assert!(broker.quota_provider().is_some(), "quota declared, quota given");
+        Ok(())
+    }
 }

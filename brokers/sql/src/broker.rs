@@ -8,8 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
-    validate, AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest,
-    QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task, Timestamp,
+    validate, AckItem, Broker, BrokerOptions, Capabilities, Counts, Error, Failure, Filter,
+    PruneRequest, QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task,
+    Timestamp,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
@@ -32,6 +33,9 @@ pub struct EngineConfig {
     /// Run migrations on the first `init` (PostgreSQL, MySQL). SQLite migrates when the file
     /// is opened and sets this to false.
     pub migrate_on_init: bool,
+    /// What the backend declares it supports ([`Broker::capabilities`]). The engine always
+    /// has quota, so `quota` is set whatever the backend passes.
+    pub capabilities: Capabilities,
 }
 
 /// The shared SQL broker. Backends wrap it in their public type (`SqliteBroker`, `PgBroker`,
@@ -45,6 +49,7 @@ pub struct SqlBroker {
     migrations: &'static [Migration],
     migrate_on_init: bool,
     migrated: Arc<AtomicBool>,
+    capabilities: Capabilities,
 }
 
 impl std::fmt::Debug for SqlBroker {
@@ -73,6 +78,7 @@ impl SqlBroker {
             migrations: config.migrations,
             migrate_on_init: config.migrate_on_init,
             migrated: Arc::new(AtomicBool::new(false)),
+            capabilities: config.capabilities.with_quota(true),
         })
     }
 
@@ -536,6 +542,10 @@ impl Broker for SqlBroker {
             }
         }
         Ok(total)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
     }
 
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

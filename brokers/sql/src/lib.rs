@@ -244,6 +244,9 @@ macro_rules! delegate_broker {
             ) -> $crate::__private::taskgate::Result<u64> {
                 $crate::__private::taskgate::Broker::prune(&self.$field, request).await
             }
+            fn capabilities(&self) -> $crate::__private::taskgate::Capabilities {
+                $crate::__private::taskgate::Broker::capabilities(&self.$field)
+            }
             fn quota_provider(&self) -> Option<&dyn $crate::__private::taskgate::QuotaProvider> {
                 $crate::__private::taskgate::Broker::quota_provider(&self.$field)
             }

@@ -157,6 +157,7 @@ pub(crate) async fn open(options: SqliteOptions) -> Result<SqliteBroker> {
         poll_interval: options.poll_interval,
         migrations: MIGRATIONS,
         migrate_on_init: false,
+        capabilities: crate::capabilities(&options.location),
     };
     let dialect = options.dialect.clone().unwrap_or_else(|| Arc::new(SqliteDialect));
     let engine_adapter: Arc<dyn taskgate_sql::Adapter> = adapter.clone();
