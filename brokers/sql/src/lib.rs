@@ -43,7 +43,10 @@
 //!   (dialect, prefix); `IN (…)` lists per call. The prefix is validated before any SQL.
 //! * Stored times are unix ms. "Now" is the injected clock, else the local clock
 //!   ([`TimeSource::Local`]), else the server's, read once per transaction (piggybacked on the
-//!   first row lock where possible).
+//!   first row lock where possible). `Broker::now` outside a transaction is one
+//!   `SELECT <server now>` read; a fail's `RetryAt::After` is resolved on the transaction's now.
+//! * Argument checks are the core's (`taskgate::validate`), called before any transaction;
+//!   `enqueue` and `ack` are the trait's provided forms over `enqueue_many` / `ack_many`.
 //!
 //! # Writing a new backend
 //!
@@ -51,7 +54,8 @@
 //! any integer or boolean column type, [`Kind::Text`] from text or binary-collated strings;
 //! bind [`Value::Null`] with its kind's SQL type), implement [`Dialect`], write the two
 //! migrations with the same numbers and names as `migrations/sqlite/`, and wrap [`SqlBroker`]
-//! ([`EngineConfig::migrate_on_init`] = true for server databases). The schema must have the
+//! ([`EngineConfig::migrate_on_init`] = true for server databases; [`EngineConfig::capabilities`]
+//! says what the backend declares). The schema must have the
 //! columns of [`row::TASK_COLUMNS`] plus `has_children` (integer, default 0: set on a task
 //! whenever it gets a child edge that is not done) and the tables `{prefix}tasks`, `{prefix}task_deps`,
 //! `{prefix}quota` (`qkey, win, used, period`) and `{prefix}paused_queues(queue, paused_at)`.
