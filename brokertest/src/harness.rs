@@ -120,7 +120,7 @@ impl Harness {
 
     /// Claims from `queues`, which must succeed within 5 s with a running task and a token.
     pub async fn dequeue(&self, queues: &[&str]) -> Task {
-        let claimed = match tokio::time::timeout(SAFETY_TIMEOUT, self.broker.dequeue(queues)).await
+        let claimed = match tokio::time::timeout(SAFETY_TIMEOUT, self.broker.dequeue(&queues)).await
         {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => panic!("dequeue {queues:?} failed: {e}"),
@@ -133,7 +133,7 @@ impl Harness {
 
     /// Asserts a dequeue on `queues` is still waiting after 100 ms (real time).
     pub async fn expect_blocked(&self, queues: &[&str]) {
-        match tokio::time::timeout(REAL_WINDOW, self.broker.dequeue(queues)).await {
+        match tokio::time::timeout(REAL_WINDOW, self.broker.dequeue(&queues)).await {
             Err(_) => {}
             Ok(Ok(t)) => panic!("expected {queues:?} to block, but claimed {}", t.id),
             Ok(Err(e)) => panic!("expected {queues:?} to block, but dequeue failed: {e}"),
@@ -168,7 +168,7 @@ impl Harness {
     /// Claims from `queue` and fails the claim with `kind`, message "boom", retry at now.
     pub async fn fail_now(&self, queue: &str, kind: FailKind) -> Task {
         let claimed = self.dequeue(&[queue]).await;
-        let failure = Failure { kind, message: "boom".into(), retry_at: self.now() };
+        let failure = Failure::new(kind, "boom", self.now());
         if let Err(e) = self.broker.fail(&claimed.id, &claimed.lease_token, failure).await {
             panic!("fail {} failed: {e}", claimed.id);
         }

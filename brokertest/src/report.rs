@@ -72,12 +72,17 @@ async fn run_one(name: &str, factory: Arc<dyn Factory>) -> Outcome {
     }
 }
 
+/// `e` and its sources, joined with `: `; a source whose text the message already carries
+/// (`taskgate::Error::Backend` prints its cause) is not repeated.
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
         source = s.source();
     }
     text
@@ -117,5 +122,30 @@ pub async fn run_case_test(name: &str, factory: Arc<dyn Factory>) {
                 "\n*** SKIPPED {backend}: {name}: {why} (set TASKGATE_REQUIRE_DB=1 to fail instead) ***"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[test]
+    fn a_chain_does_not_repeat_a_cause_the_message_names() {
+        let e = taskgate::Error::backend("sqlite", std::io::Error::other("disk I/O error"));
+        assert_eq!(error_chain(&e), "sqlite backend error: disk I/O error");
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("case failed")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let outer = Outer(std::io::Error::other("refused"));
+        assert_eq!(error_chain(&outer), "case failed: refused");
     }
 }

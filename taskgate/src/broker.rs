@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{BrokerOptions, QuotaProvider, Result, Status, Task, Timestamp};
+use crate::{
+    BrokerOptions, Capabilities, QueueList, QuotaProvider, Result, Status, Task, Timestamp,
+};
 
 /// The kind of a worker-reported failure (contract §4.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -19,31 +21,100 @@ pub enum FailKind {
     Skip,
 }
 
+/// When a failed task may run again: decided by the worker, timed by the broker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RetryAt {
+    /// At once: the broker's "now" inside the fail.
+    #[default]
+    Now,
+    /// At this instant, as given ([`Timestamp::ZERO`] means now). A worker whose clock
+    /// differs from the broker's (a PostgreSQL or MySQL server) misjudges it by that skew;
+    /// prefer [`RetryAt::After`].
+    At(Timestamp),
+    /// This long after the broker's "now", which the broker reads inside the fail's own atomic
+    /// unit (the server's clock on PostgreSQL and MySQL, no extra round trip).
+    After(Duration),
+}
+
+impl RetryAt {
+    /// The retry time when the broker's clock reads `now`.
+    pub fn resolve(self, now: Timestamp) -> Timestamp {
+        match self {
+            RetryAt::Now => now,
+            RetryAt::At(at) if at.is_zero() => now,
+            RetryAt::At(at) => at,
+            RetryAt::After(delay) => now.saturating_add(delay),
+        }
+    }
+}
+
+impl From<Timestamp> for RetryAt {
+    /// [`RetryAt::At`], or [`RetryAt::Now`] for [`Timestamp::ZERO`].
+    fn from(at: Timestamp) -> Self {
+        if at.is_zero() {
+            RetryAt::Now
+        } else {
+            RetryAt::At(at)
+        }
+    }
+}
+
+impl From<Duration> for RetryAt {
+    /// [`RetryAt::After`].
+    fn from(delay: Duration) -> Self {
+        RetryAt::After(delay)
+    }
+}
+
 /// What [`Broker::fail`] records.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskgate::{Failure, RetryAt};
+///
+/// // "Retry in 30 s", timed by the broker's clock inside the fail.
+/// let failure = Failure::business_after("gateway timeout", Duration::from_secs(30));
+/// assert_eq!(failure.retry, RetryAt::After(Duration::from_secs(30)));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
     /// Which counter the failure consumes.
     pub kind: FailKind,
     /// The error text stored as `last_error`.
     pub message: String,
-    /// When a retry may run; zero means now. Ignored for [`FailKind::Skip`].
-    pub retry_at: Timestamp,
+    /// When a retry may run. Ignored for [`FailKind::Skip`] and when no retry is left.
+    pub retry: RetryAt,
 }
 
 impl Failure {
-    /// A business failure retried at `retry_at`.
-    pub fn business(message: impl Into<String>, retry_at: Timestamp) -> Self {
-        Failure { kind: FailKind::Business, message: message.into(), retry_at }
+    /// A failure of `kind` retried at `retry` (a [`RetryAt`], [`Timestamp`] or [`Duration`]).
+    pub fn new(kind: FailKind, message: impl Into<String>, retry: impl Into<RetryAt>) -> Self {
+        Failure { kind, message: message.into(), retry: retry.into() }
     }
 
-    /// A throttled failure retried at `retry_at`.
+    /// A business failure retried at `retry_at` (zero means now).
+    pub fn business(message: impl Into<String>, retry_at: Timestamp) -> Self {
+        Failure::new(FailKind::Business, message, retry_at)
+    }
+
+    /// A business failure retried `delay` after the broker's now.
+    pub fn business_after(message: impl Into<String>, delay: Duration) -> Self {
+        Failure::new(FailKind::Business, message, delay)
+    }
+
+    /// A throttled failure retried at `retry_at` (zero means now).
     pub fn throttled(message: impl Into<String>, retry_at: Timestamp) -> Self {
-        Failure { kind: FailKind::Throttled, message: message.into(), retry_at }
+        Failure::new(FailKind::Throttled, message, retry_at)
+    }
+
+    /// A throttled failure retried `delay` after the broker's now (a `Retry-After`).
+    pub fn throttled_after(message: impl Into<String>, delay: Duration) -> Self {
+        Failure::new(FailKind::Throttled, message, delay)
     }
 
     /// A failure that is final at once.
     pub fn skip(message: impl Into<String>) -> Self {
-        Failure { kind: FailKind::Skip, message: message.into(), retry_at: Timestamp::ZERO }
+        Failure::new(FailKind::Skip, message, RetryAt::Now)
     }
 }
 
@@ -160,7 +231,8 @@ pub struct PruneRequest {
 /// with [`Error::LeaseLost`](crate::Error::LeaseLost) when it does not hold the current lease.
 /// Every method before [`Broker::init`] fails with `NotInitialized`, and after
 /// [`Broker::close`] with `Closed`. The trait is object-safe: runtimes and tools hold
-/// `Arc<dyn Broker>`.
+/// `Arc<dyn Broker>`. Claims take their queues as a [`QueueList`]: `&["q"]`, `&vec_of_strings`
+/// and `&slice` all work.
 ///
 /// ```
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -187,34 +259,59 @@ pub trait Broker: Send + Sync {
     /// Idempotent.
     async fn close(&self) -> Result<()>;
 
+    /// The broker's current time, the clock every stored time is judged by: the injected
+    /// clock when one is set ([`BrokerOptions::clock`]), else the local system clock (memory,
+    /// SQLite), else the database server's (PostgreSQL, MySQL: one query). Workers compare
+    /// stored times (`run_at`, lease deadlines) with this, never with their own clock.
+    async fn now(&self) -> Result<Timestamp>;
+
     /// Stores a new task and returns the stored snapshot (generated ID, decided status,
     /// timestamps). On error nothing is stored.
-    async fn enqueue(&self, task: &Task) -> Result<Task>;
+    ///
+    /// Provided: [`Broker::enqueue_many`] with a batch of one, which behaves exactly as one
+    /// enqueue (same checks, same errors). Backends implement only the batch form.
+    async fn enqueue(&self, task: &Task) -> Result<Task> {
+        let mut stored = self.enqueue_many(std::slice::from_ref(task)).await?;
+        stored.pop().ok_or_else(|| {
+            crate::Error::backend(self.backend(), "enqueue_many stored no task for a batch of one")
+        })
+    }
 
     /// Stores several tasks in one atomic unit: all or nothing (§E8). Tasks may depend on
-    /// earlier tasks of the same batch.
+    /// earlier tasks of the same batch. The first failing task's error is returned; with more
+    /// than one task, an `InvalidInput` reason names its index.
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>>;
 
-    /// Claims up to `max` ready tasks from `queues` without waiting; may return none.
-    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>>;
+    /// Claims up to `max` ready tasks from `queues` without waiting; may return none. The queue
+    /// list is checked before `max` (at least one queue, each a valid name; `max` ≥ 1).
+    async fn try_dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>>;
 
     /// Claims up to `max` ready tasks, waiting until at least one is ready (§E8). Cancel-safe:
     /// dropping the future either claims nothing or returns what it claimed to `pending` at once.
-    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>>;
+    async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>>;
 
     /// Claims one ready task, waiting until one is ready. Cancel-safe like `dequeue_many`.
-    async fn dequeue(&self, queues: &[&str]) -> Result<Task> {
+    async fn dequeue(&self, queues: &dyn QueueList) -> Result<Task> {
         let mut tasks = self.dequeue_many(queues, 1).await?;
         tasks.pop().ok_or_else(|| crate::Error::backend(self.backend(), "dequeue returned no task"))
     }
 
     /// Claims one ready task without waiting.
-    async fn try_dequeue(&self, queues: &[&str]) -> Result<Option<Task>> {
+    async fn try_dequeue(&self, queues: &dyn QueueList) -> Result<Option<Task>> {
         Ok(self.try_dequeue_many(queues, 1).await?.pop())
     }
 
     /// Completes a running task with `result`, waking its children.
-    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()>;
+    ///
+    /// Provided: [`Broker::ack_many`] with one item, whose outcome it returns. Backends
+    /// implement only the batch form.
+    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
+        let item = AckItem { id: id.to_owned(), token: token.to_owned(), result };
+        let mut outcomes = self.ack_many(std::slice::from_ref(&item)).await?;
+        outcomes.pop().unwrap_or_else(|| {
+            Err(crate::Error::backend(self.backend(), "ack_many returned no outcome for one item"))
+        })
+    }
 
     /// Completes several tasks in one atomic unit; each item succeeds or fails on its own
     /// (a stale token fails only that item). The outer error is a storage failure.
@@ -273,6 +370,10 @@ pub trait Broker: Send + Sync {
 
     /// Deletes old finished tasks (§E16); returns how many were deleted.
     async fn prune(&self, request: PruneRequest) -> Result<u64>;
+
+    /// What this backend supports beyond the core contract, declared (not discovered by
+    /// failing). `quota` is true exactly when [`Broker::quota_provider`] returns a provider.
+    fn capabilities(&self) -> Capabilities;
 
     /// The periodic-quota capability, when the backend has it (contract §9).
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

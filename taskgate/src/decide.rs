@@ -142,7 +142,8 @@ pub struct FailOutcome {
     pub throttled: u32,
     /// New `last_error`.
     pub last_error: String,
-    /// New `run_at` when retrying (the failure's `retry_at`, or `now` when zero).
+    /// New `run_at` when retrying: the failure's [`RetryAt`](crate::RetryAt) resolved
+    /// against the broker's `now`.
     pub run_at: Option<Timestamp>,
 }
 
@@ -155,7 +156,7 @@ pub fn fail_outcome(
     failure: &Failure,
     now: Timestamp,
 ) -> FailOutcome {
-    let retry_at = if failure.retry_at.is_zero() { now } else { failure.retry_at };
+    let retry_at = failure.retry.resolve(now);
     let mut out = FailOutcome {
         status: Status::Failed,
         attempts,
@@ -272,7 +273,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RetryAt;
     use rstest::rstest;
+    use std::time::Duration;
     use OnParentFailure::{FailFast, IgnoreParentFailure};
     use Status::*;
 
@@ -331,7 +334,7 @@ mod tests {
         #[case] (attempts, max_retry, throttled): (u32, u32, u32),
         #[case] expected: (Status, u32, u32, &str),
     ) {
-        let failure = Failure { kind, message: "boom".into(), retry_at: at(5_000) };
+        let failure = Failure::new(kind, "boom", at(5_000));
         let out = fail_outcome(attempts, max_retry, throttled, 3, &failure, at(1_000));
         let (status, new_attempts, new_throttled, last_error) = expected;
         assert_eq!(out.status, status);
@@ -340,10 +343,38 @@ mod tests {
         assert_eq!(out.run_at, (status == Retrying).then_some(at(5_000)));
     }
 
+    #[rstest]
+    #[case::now(RetryAt::Now, 7)]
+    #[case::zero_means_now(RetryAt::At(Timestamp::ZERO), 7)]
+    #[case::at(RetryAt::At(at(5_000)), 5_000)]
+    #[case::at_in_the_past_as_given(RetryAt::At(at(3)), 3)]
+    #[case::after(RetryAt::After(Duration::from_millis(5_000)), 5_007)]
+    #[case::after_zero(RetryAt::After(Duration::ZERO), 7)]
+    #[case::after_saturates(RetryAt::After(Duration::MAX), i64::MAX)]
+    fn retry_times_resolve_against_the_brokers_now(#[case] retry: RetryAt, #[case] run_at: i64) {
+        let failure = Failure::new(FailKind::Business, "x", retry);
+        let out = fail_outcome(0, 3, 0, 100, &failure, at(7));
+        assert_eq!(out.run_at, Some(Timestamp::from_millis(run_at)));
+    }
+
     #[test]
-    fn zero_retry_at_means_now() {
-        let out = fail_outcome(0, 3, 0, 100, &Failure::business("x", Timestamp::ZERO), at(7));
-        assert_eq!(out.run_at, Some(at(7)));
+    fn constructors_keep_their_meaning() {
+        assert_eq!(Failure::business("x", Timestamp::ZERO).retry, RetryAt::Now);
+        assert_eq!(Failure::throttled("x", at(9)).retry, RetryAt::At(at(9)));
+        let after = Failure::business_after("x", Duration::from_secs(2));
+        assert_eq!(
+            (after.kind, after.retry),
+            (FailKind::Business, RetryAt::After(Duration::from_secs(2)))
+        );
+        let after = Failure::throttled_after("x", Duration::from_secs(3));
+        assert_eq!(
+            (after.kind, after.retry),
+            (FailKind::Throttled, RetryAt::After(Duration::from_secs(3)))
+        );
+        assert_eq!(
+            (Failure::skip("x").kind, Failure::skip("x").retry),
+            (FailKind::Skip, RetryAt::Now)
+        );
     }
 
     #[rstest]

@@ -115,7 +115,10 @@ pub enum Error {
         to: Status,
     },
     /// The storage failed (I/O, driver, server); the operation did not take effect.
-    #[error("{backend} backend error")]
+    ///
+    /// Its message names the cause (`postgres backend error: <driver message>`), which also
+    /// stays reachable as [`source`](std::error::Error::source) for callers that inspect it.
+    #[error("{backend} backend error: {source}")]
     Backend {
         /// Which backend failed.
         backend: &'static str,
@@ -261,10 +264,18 @@ mod tests {
     }
 
     #[test]
-    fn backend_source_is_reachable_and_not_repeated() {
+    fn backend_message_names_its_cause_and_the_source_stays_reachable() {
         let e = Error::backend("postgres", std::io::Error::other("connection reset"));
-        assert_eq!(e.to_string(), "postgres backend error");
+        assert_eq!(e.to_string(), "postgres backend error: connection reset");
         let source = std::error::Error::source(&e).map(ToString::to_string);
         assert_eq!(source.as_deref(), Some("connection reset"));
+    }
+
+    #[test]
+    fn only_backend_errors_have_a_source() {
+        for e in samples() {
+            let has_source = std::error::Error::source(&e).is_some();
+            assert_eq!(has_source, e.kind() == ErrorKind::Backend, "{e:?}");
+        }
     }
 }

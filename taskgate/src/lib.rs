@@ -20,12 +20,14 @@
 
 pub mod backoff;
 mod broker;
+mod capabilities;
 mod clock;
 pub mod decide;
 mod error;
 pub mod id;
 pub mod notify;
 mod options;
+mod queues;
 mod quota;
 mod task;
 mod time;
@@ -34,14 +36,16 @@ pub mod validate;
 pub mod wake;
 
 pub use broker::{
-    AckItem, Broker, Counts, FailKind, Failure, Filter, PruneRequest, ReplayRequest, Step,
+    AckItem, Broker, Counts, FailKind, Failure, Filter, PruneRequest, ReplayRequest, RetryAt, Step,
 };
+pub use capabilities::Capabilities;
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, Ticker, CONTRACT_EPOCH};
 pub use error::{BoxError, Error, ErrorKind, ExistingTask, Result};
 pub use options::{
     BrokerOptions, ResolvedOptions, DEFAULT_LEASE_LOST_MAX, DEFAULT_LEASE_TTL,
     DEFAULT_THROTTLED_MAX,
 };
+pub use queues::QueueList;
 pub use quota::{window_start, QuotaConfig, QuotaGate, QuotaProvider, Reservation};
 pub use task::{OnParentFailure, Status, Task};
 pub use time::{duration_millis, Timestamp};

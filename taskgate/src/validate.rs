@@ -1,9 +1,11 @@
-//! Input limits shared by every backend (extensions §E7), checked before any write so a program
-//! behaves the same whichever backend it runs on.
+//! The contract's front door: input limits (extensions §E7) and every argument check the
+//! decisions document fixes as contract (claim arguments and their order, replay requests,
+//! prune statuses, ack items), written once and called by every backend before any write, so
+//! a program gets the same error whichever backend it runs on.
 
 use std::time::Duration;
 
-use crate::{Error, Result, Step, Task};
+use crate::{AckItem, Error, QueueList, ReplayRequest, Result, Status, Step, Task};
 
 /// Longest id, type, queue, business key or owner, in Unicode scalar values.
 pub const MAX_NAME_CHARS: usize = 255;
@@ -58,11 +60,56 @@ pub fn validate_queue(queue: &str) -> Result<()> {
 }
 
 /// Checks a claim's queue list: at least one queue, each a valid name.
-pub fn validate_queues(queues: &[&str]) -> Result<()> {
+pub fn validate_queues(queues: &dyn QueueList) -> Result<()> {
     if queues.is_empty() {
         return Err(Error::invalid("queues", "at least one queue is required"));
     }
-    queues.iter().try_for_each(|q| validate_queue(q))
+    queues.iter().try_for_each(validate_queue)
+}
+
+/// Checks a claim's arguments in the contract's order: the queue list first (at least one
+/// queue, each a valid name: `InvalidInput { field: "queues" }` or `"queue"`), then `max`
+/// (at least 1: `InvalidInput { field: "max" }`).
+pub fn validate_claim(queues: &dyn QueueList, max: usize) -> Result<()> {
+    validate_queues(queues)?;
+    if max == 0 {
+        return Err(Error::invalid("max", "must be at least 1"));
+    }
+    Ok(())
+}
+
+/// Checks a replay request's shape: exactly one of `execution_id` and `business_key`
+/// (`InvalidInput { field: "request" }`), that one well-formed, and the new payload within
+/// `limits`.
+pub fn validate_replay_request(request: &ReplayRequest, limits: &Limits) -> Result<()> {
+    match (request.execution_id.is_empty(), request.business_key.is_empty()) {
+        (true, true) => Err(Error::invalid("request", "set execution_id or business_key")),
+        (false, false) => {
+            Err(Error::invalid("request", "set only one of execution_id and business_key"))
+        }
+        (false, true) => validate_id(&request.execution_id),
+        (true, false) => validate_name("business_key", &request.business_key, false),
+    }?;
+    validate_bytes("payload", request.payload.as_deref(), limits)
+}
+
+/// The statuses a prune deletes: empty means all three terminal ones; a non-terminal status is
+/// `InvalidInput { field: "statuses" }`.
+pub fn prune_statuses(statuses: &[Status]) -> Result<Vec<Status>> {
+    if let Some(bad) = statuses.iter().find(|s| !s.is_terminal()) {
+        return Err(Error::invalid("statuses", format!("{bad} is not a terminal status")));
+    }
+    if statuses.is_empty() {
+        return Ok(vec![Status::Completed, Status::Failed, Status::Canceled]);
+    }
+    Ok(statuses.to_vec())
+}
+
+/// Checks one item of an `ack_many` batch: a valid ID and a result within `limits`. A failing
+/// item fails only itself.
+pub fn validate_ack_item(item: &AckItem, limits: &Limits) -> Result<()> {
+    validate_id(&item.id)?;
+    validate_bytes("result", item.result.as_deref(), limits)
 }
 
 /// Checks opaque bytes (payload, result, cursor) against the size limit.
@@ -102,8 +149,13 @@ pub fn validate_task(task: &Task, limits: &Limits) -> Result<()> {
     validate_message(&task.message)
 }
 
-/// Checks every task of a batch; the error names the failing item's index.
+/// Checks every task of a batch; the first failure is returned. With more than one task, an
+/// `InvalidInput` reason names the failing item's index; a batch of one (what `enqueue` sends)
+/// gets exactly [`validate_task`]'s error.
 pub fn validate_tasks(tasks: &[Task], limits: &Limits) -> Result<()> {
+    if let [task] = tasks {
+        return validate_task(task, limits);
+    }
     for (i, task) in tasks.iter().enumerate() {
         validate_task(task, limits).map_err(|e| match e {
             Error::InvalidInput { field, reason } => {
@@ -188,6 +240,17 @@ mod tests {
     }
 
     #[test]
+    fn batch_errors_name_the_index_only_in_batches_of_several() {
+        let reason = |tasks: &[Task]| match validate_tasks(tasks, &Limits::default()) {
+            Err(Error::InvalidInput { field, reason }) => format!("{field}: {reason}"),
+            other => format!("{other:?}"),
+        };
+        let bad = Task::new("", "q");
+        assert_eq!(reason(std::slice::from_ref(&bad)), "type: must not be empty");
+        assert_eq!(reason(&[Task::new("t", "q"), bad]), "type: task 1: must not be empty");
+    }
+
+    #[test]
     fn payload_limit_is_configurable() {
         let limits = Limits { max_payload_bytes: 4 };
         let task = Task::new("t", "q").with_payload(vec![0u8; 5]);
@@ -207,6 +270,64 @@ mod tests {
     #[case("abcdefghijklmnopqrstuvwxyz01234", false)]
     fn prefixes(#[case] prefix: &str, #[case] ok: bool) {
         assert_eq!(validate_prefix(prefix).is_ok(), ok, "{prefix:?}");
+    }
+
+    #[rstest]
+    #[case::ok(&["a", "b"], 1, None)]
+    #[case::no_queues(&[], 1, Some("queues"))]
+    #[case::queues_before_max(&[], 0, Some("queues"))]
+    #[case::bad_name_before_max(&["a", ""], 0, Some("queue"))]
+    #[case::zero_max(&["a"], 0, Some("max"))]
+    fn claim_arguments(
+        #[case] queues: &[&str],
+        #[case] max: usize,
+        #[case] field: Option<&'static str>,
+    ) {
+        assert_eq!(field_of(validate_claim(&queues, max)), field);
+    }
+
+    #[rstest]
+    #[case::by_id(ReplayRequest::by_id("e1"), None)]
+    #[case::by_key(ReplayRequest::by_key("k"), None)]
+    #[case::neither(ReplayRequest::default(), Some("request"))]
+    #[case::both(ReplayRequest { business_key: "k".into(), ..ReplayRequest::by_id("e1") }, Some("request"))]
+    #[case::bad_id(ReplayRequest::by_id("x".repeat(256)), Some("id"))]
+    #[case::bad_key(ReplayRequest::by_key("k\n"), Some("business_key"))]
+    #[case::payload(ReplayRequest::by_id("e1").with_payload(vec![0u8; 5]), Some("payload"))]
+    fn replay_requests(#[case] request: ReplayRequest, #[case] field: Option<&'static str>) {
+        let limits = Limits { max_payload_bytes: 4 };
+        assert_eq!(field_of(validate_replay_request(&request, &limits)), field);
+    }
+
+    #[rstest]
+    #[case::empty_means_terminal(&[], Ok(vec![Status::Completed, Status::Failed, Status::Canceled]))]
+    #[case::kept(&[Status::Failed], Ok(vec![Status::Failed]))]
+    #[case::non_terminal(&[Status::Failed, Status::Running], Err("statuses"))]
+    fn prune_status_lists(
+        #[case] statuses: &[Status],
+        #[case] expected: Result<Vec<Status>, &str>,
+    ) {
+        let got = prune_statuses(statuses).map_err(|e| match e {
+            Error::InvalidInput { field, .. } => field,
+            _ => "other",
+        });
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn ack_items() {
+        let limits = Limits { max_payload_bytes: 1 };
+        let item = |id: &str, result: Option<Vec<u8>>| AckItem {
+            id: id.into(),
+            token: "t".into(),
+            result,
+        };
+        assert_eq!(field_of(validate_ack_item(&item("a", Some(vec![1])), &limits)), None);
+        assert_eq!(field_of(validate_ack_item(&item("", None), &limits)), Some("id"));
+        assert_eq!(
+            field_of(validate_ack_item(&item("a", Some(vec![1, 2])), &limits)),
+            Some("result")
+        );
     }
 
     #[test]

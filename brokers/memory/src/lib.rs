@@ -54,16 +54,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use taskgate::validate::{
-    validate_bytes, validate_id, validate_name, validate_queue, validate_queues, validate_step,
-    validate_task, validate_tasks,
+    prune_statuses, validate_claim, validate_id, validate_queue, validate_replay_request,
+    validate_step, validate_tasks,
 };
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
 use taskgate::{
-    AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest, QuotaConfig,
-    QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task,
+    AckItem, Broker, BrokerOptions, Capabilities, Counts, Failure, Filter, PruneRequest, QueueList,
+    QuotaConfig, QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
 };
 
-use crate::prune::{prune_statuses, Rules};
+use crate::prune::Rules;
 use crate::state::State;
 use crate::txn::{Store, Txn};
 
@@ -135,31 +135,6 @@ impl MemoryBroker {
     }
 }
 
-/// Checks a claim's arguments: at least one valid queue, `max` positive.
-fn check_claim(queues: &[&str], max: usize) -> Result<()> {
-    validate_queues(queues)?;
-    if max == 0 {
-        return Err(Error::invalid("max", "must be at least 1"));
-    }
-    Ok(())
-}
-
-/// Checks a replay request's shape: exactly one of ID and key, valid names, payload size.
-fn check_replay_request(
-    request: &ReplayRequest,
-    limits: &taskgate::validate::Limits,
-) -> Result<()> {
-    match (request.execution_id.is_empty(), request.business_key.is_empty()) {
-        (true, true) => Err(Error::invalid("request", "set execution_id or business_key")),
-        (false, false) => {
-            Err(Error::invalid("request", "set only one of execution_id and business_key"))
-        }
-        (false, true) => validate_id(&request.execution_id),
-        (true, false) => validate_name("business_key", &request.business_key, false),
-    }?;
-    validate_bytes("payload", request.payload.as_deref(), limits)
-}
-
 #[async_trait]
 impl Broker for MemoryBroker {
     fn backend(&self) -> &'static str {
@@ -175,11 +150,8 @@ impl Broker for MemoryBroker {
         Ok(())
     }
 
-    async fn enqueue(&self, task: &Task) -> Result<Task> {
-        let limits = self.inner.life.options()?.limits;
-        validate_task(task, &limits)?;
-        let mut stored = self.write(|txn| txn.enqueue_batch(std::slice::from_ref(task)))?;
-        stored.pop().ok_or_else(|| Error::backend(NAME, "enqueue stored no task"))
+    async fn now(&self) -> Result<Timestamp> {
+        Ok(self.inner.life.options()?.clock.now_ms())
     }
 
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {
@@ -188,25 +160,20 @@ impl Broker for MemoryBroker {
         self.write(|txn| txn.enqueue_batch(tasks))
     }
 
-    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+    async fn try_dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let opts = self.inner.life.options()?;
-        check_claim(queues, max)?;
-        self.inner.store.write(&opts, |txn| txn.claim(queues, max))?
+        validate_claim(queues, max)?;
+        let queues = queues.to_vec();
+        self.inner.store.write(&opts, |txn| txn.claim(&queues, max))?
     }
 
-    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+    async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let clock = self.inner.life.options()?.clock.clone();
-        check_claim(queues, max)?;
+        validate_claim(queues, max)?;
+        let queues = queues.to_vec();
         let hub = &self.inner.store.hub;
-        let probe = || std::future::ready(self.probe(queues, max));
+        let probe = || std::future::ready(self.probe(&queues, max));
         wait_for_work(hub, &self.inner.life, &*clock, None, probe).await
-    }
-
-    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
-        let opts = self.inner.life.options()?;
-        validate_id(id)?;
-        validate_bytes("result", result.as_deref(), &opts.limits)?;
-        self.inner.store.write(&opts, |txn| txn.ack(id, token, result))?
     }
 
     async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {
@@ -260,7 +227,7 @@ impl Broker for MemoryBroker {
 
     async fn replay(&self, request: ReplayRequest) -> Result<Task> {
         let limits = self.inner.life.options()?.limits;
-        check_replay_request(&request, &limits)?;
+        validate_replay_request(&request, &limits)?;
         self.write(|txn| txn.replay(&request))
     }
 
@@ -314,7 +281,7 @@ impl Broker for MemoryBroker {
         let opts = self.inner.life.options()?;
         let rules = Rules {
             before: request.finished_before,
-            statuses: prune_statuses(&request)?,
+            statuses: prune_statuses(&request.statuses)?,
             include_keyed: request.include_keyed,
         };
         let mut units = self.read(|state| state.prune_units(&rules))?.into_iter().peekable();
@@ -328,6 +295,11 @@ impl Broker for MemoryBroker {
         }
         self.inner.store.lock()?.prune_quota(opts.clock.now_ms().as_secs());
         Ok(u64::try_from(total).unwrap_or(u64::MAX))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // Quota only: one process, nothing persisted, the local (or injected) clock.
+        Capabilities::NONE.with_quota(true)
     }
 
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

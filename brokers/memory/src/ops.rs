@@ -2,20 +2,14 @@
 //! requeue, heartbeat and save_step — each checks first and writes only when every check passed.
 
 use taskgate::decide::{fail_outcome, texts};
-use taskgate::validate::{validate_bytes, validate_id, Limits};
+use taskgate::validate::{validate_ack_item, Limits};
 use taskgate::{AckItem, Error, Failure, Result, Status, Step};
 
 use crate::txn::{close_out, Txn};
 
-/// Each item's argument check for [`Txn::ack_many`]: a valid ID and a result within `limits`.
+/// Each item's argument check for [`Txn::ack_many`] ([`validate_ack_item`]).
 pub(crate) fn check_ack_items(items: &[AckItem], limits: &Limits) -> Vec<Result<()>> {
-    items
-        .iter()
-        .map(|item| {
-            validate_id(&item.id)?;
-            validate_bytes("result", item.result.as_deref(), limits)
-        })
-        .collect()
+    items.iter().map(|item| validate_ack_item(item, limits)).collect()
 }
 
 impl Txn<'_> {

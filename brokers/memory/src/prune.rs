@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use taskgate::{Error, PruneRequest, Result, Status, Timestamp};
+use taskgate::{Status, Timestamp};
 
 use crate::state::{Entry, State};
 
@@ -20,17 +20,6 @@ pub(crate) enum Unit {
     Task(Arc<str>),
     /// Every execution of a business key.
     Chain(String),
-}
-
-/// The statuses a request prunes; empty means all three terminal ones.
-pub(crate) fn prune_statuses(request: &PruneRequest) -> Result<Vec<Status>> {
-    if let Some(bad) = request.statuses.iter().find(|s| !s.is_terminal()) {
-        return Err(Error::invalid("statuses", format!("{bad} is not a terminal status")));
-    }
-    if request.statuses.is_empty() {
-        return Ok(vec![Status::Completed, Status::Failed, Status::Canceled]);
-    }
-    Ok(request.statuses.clone())
 }
 
 /// The rules one request applies.

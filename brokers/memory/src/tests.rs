@@ -248,7 +248,7 @@ fn indexes_stay_consistent_across_random_operations() {
             let mut state = w.store.lock().unwrap_or_else(|e| panic!("{e}"));
             let rules = crate::prune::Rules {
                 before: request.finished_before,
-                statuses: crate::prune::prune_statuses(&request).unwrap_or_default(),
+                statuses: taskgate::validate::prune_statuses(&request.statuses).unwrap_or_default(),
                 include_keyed: true,
             };
             let mut units = state.prune_units(&rules).into_iter().peekable();
@@ -309,4 +309,12 @@ fn reaper_repairs_tasks_left_blocked() {
     assert_eq!(view("c2"), Some((Status::Canceled, "parent p2 failed".to_owned())));
     assert_eq!(view("gc"), Some((Status::Canceled, "parent c2 canceled".to_owned())));
     assert_eq!(state.check(), Ok(()));
+}
+
+#[test]
+fn declares_quota_and_nothing_else() {
+    let broker = crate::MemoryBroker::new();
+    let caps = taskgate::Broker::capabilities(&broker);
+    assert_eq!(caps, taskgate::Capabilities::NONE.with_quota(true));
+    assert!(taskgate::Broker::quota_provider(&broker).is_some(), "quota declared, quota given");
 }

@@ -7,7 +7,7 @@
 //! go to the server exactly as the engine wrote them for [`MySqlDialect`](crate::MySqlDialect).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -58,40 +58,9 @@ impl Health {
     }
 }
 
-/// The distinct statement texts a broker ran, in first-use order, and how many statements it
-/// ran in all (tests check query plans on exactly what the engine sends, and that invalid
-/// input is refused before any I/O).
-#[derive(Debug, Default)]
-pub(crate) struct StatementLog {
-    texts: Mutex<Vec<String>>,
-    count: AtomicU64,
-}
-
-impl StatementLog {
-    fn record(&self, sql: &str) {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let mut seen = self.texts.lock().unwrap_or_else(|p| p.into_inner());
-        if !seen.iter().any(|s| s == sql) {
-            seen.push(sql.to_owned());
-        }
-    }
-
-    /// A copy of the recorded texts.
-    pub(crate) fn snapshot(&self) -> Vec<String> {
-        self.texts.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Statements run so far.
-    pub(crate) fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-}
-
-/// Runs statements on one connection, recording them if asked, and
-/// reporting lost connections to the pool's [`Health`].
+/// Runs statements on one connection, reporting lost connections to the pool's [`Health`].
 #[derive(Clone, Debug, Default)]
 struct Runner {
-    log: Option<Arc<StatementLog>>,
     health: Arc<Health>,
 }
 
@@ -102,9 +71,6 @@ impl Runner {
         sql: &str,
         args: &[Value],
     ) -> DbResult<u64> {
-        if let Some(log) = &self.log {
-            log.record(sql);
-        }
         let done = codec::bind(sql, args).execute(conn).await;
         done.map(|r| r.rows_affected()).inspect_err(|e| self.health.observe(e))
     }
@@ -116,9 +82,6 @@ impl Runner {
         args: &[Value],
         kinds: &[Kind],
     ) -> DbResult<Vec<Row>> {
-        if let Some(log) = &self.log {
-            log.record(sql);
-        }
         let rows = codec::bind(sql, args).fetch_all(conn).await;
         codec::decode_rows(&rows.inspect_err(|e| self.health.observe(e))?, kinds)
     }
@@ -132,12 +95,8 @@ pub(crate) struct MySqlAdapter {
 }
 
 impl MySqlAdapter {
-    pub(crate) fn new(
-        pool: MySqlPool,
-        log: Option<Arc<StatementLog>>,
-        health: Arc<Health>,
-    ) -> MySqlAdapter {
-        MySqlAdapter { pool, runner: Runner { log, health } }
+    pub(crate) fn new(pool: MySqlPool, health: Arc<Health>) -> MySqlAdapter {
+        MySqlAdapter { pool, runner: Runner { health } }
     }
 }
 

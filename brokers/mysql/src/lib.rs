@@ -63,10 +63,10 @@ pub mod testing;
 use std::sync::Arc;
 
 use sqlx::mysql::{MySql, MySqlPool};
-use taskgate::{Error, Result, Task, Timestamp};
+use taskgate::{Capabilities, Error, Result, Task, Timestamp};
 use taskgate_sql::{EngineConfig, HotStatement, SqlBroker};
 
-use crate::adapter::{BorrowedConn, Health, MySqlAdapter, StatementLog};
+use crate::adapter::{BorrowedConn, Health, MySqlAdapter};
 pub use crate::dialect::MySqlDialect;
 pub use crate::migrations::MIGRATIONS;
 pub use crate::options::{
@@ -77,6 +77,16 @@ pub use crate::options::{
 /// The backend's name in errors and reports.
 pub const NAME: &str = "mysql";
 
+/// What a MySQL broker declares ([`Broker::capabilities`](taskgate::Broker::capabilities)):
+/// quota, `enqueue_in`, shared durable storage and the server's clock; other processes' writes
+/// are found by polling (no cross-process wake-ups).
+pub const CAPABILITIES: Capabilities = Capabilities::NONE
+    .with_quota(true)
+    .with_transactional_enqueue(true)
+    .with_shared_storage(true)
+    .with_durable(true)
+    .with_server_clock(true);
+
 /// A taskgate broker on MySQL/MariaDB. Build it with [`MySqlBroker::connect`] or
 /// [`MySqlOptions`]; [`init`](taskgate::Broker::init) applies the migrations.
 ///
@@ -85,7 +95,6 @@ pub const NAME: &str = "mysql";
 pub struct MySqlBroker {
     inner: SqlBroker,
     pool: MySqlPool,
-    log: Option<Arc<StatementLog>>,
 }
 
 taskgate_sql::delegate_broker!(MySqlBroker, inner);
@@ -100,15 +109,22 @@ impl MySqlBroker {
     fn build(options: MySqlOptions) -> Result<MySqlBroker> {
         let health = Arc::new(Health::default());
         let pool = options.pool(health.clone());
-        let adapter = Arc::new(MySqlAdapter::new(pool.clone(), options.log.clone(), health));
+        let adapter: Arc<dyn taskgate_sql::Adapter> =
+            Arc::new(MySqlAdapter::new(pool.clone(), health));
+        #[cfg(feature = "test-hooks")]
+        let adapter = match &options.log {
+            Some(log) => taskgate_sql::RecordingAdapter::wrap(adapter, log.clone()),
+            None => adapter,
+        };
         let config = EngineConfig {
             prefix: options.prefix.clone(),
             poll_interval: options.poll_interval,
             migrations: MIGRATIONS,
             migrate_on_init: true,
+            capabilities: CAPABILITIES,
         };
         let inner = SqlBroker::new(adapter, Arc::new(MySqlDialect), config)?;
-        Ok(MySqlBroker { inner, pool, log: options.log })
+        Ok(MySqlBroker { inner, pool })
     }
 
     /// Transactional enqueue (extensions §E15): enqueues `task` inside the caller's open
@@ -159,18 +175,6 @@ impl MySqlBroker {
     pub fn engine(&self) -> &SqlBroker {
         &self.inner
     }
-
-    /// Every distinct statement text this handle ran, when built
-    /// with `MySqlOptions::record_statements` (feature `testing`); empty otherwise.
-    pub fn recorded_statements(&self) -> Vec<String> {
-        self.log.as_ref().map(|l| l.snapshot()).unwrap_or_default()
-    }
-
-    /// How many statements this handle ran, when built with `MySqlOptions::record_statements`
-    /// (feature `testing`); 0 otherwise.
-    pub fn statement_count(&self) -> u64 {
-        self.log.as_ref().map_or(0, |l| l.count())
-    }
 }
 
 impl MySqlOptions {
@@ -185,5 +189,27 @@ impl MySqlOptions {
         let broker = self.connect_lazy()?;
         broker.pool.acquire().await.map_err(|e| Error::backend(NAME, e))?;
         Ok(broker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use taskgate::{Broker, Capabilities};
+
+    use super::{MySqlOptions, CAPABILITIES};
+
+    #[tokio::test]
+    async fn declares_all_but_cross_process_wakeups() -> taskgate::Result<()> {
+        let broker = MySqlOptions::from_url("mysql://nobody@127.0.0.1:9/none")?.connect_lazy()?;
+        assert_eq!(broker.capabilities(), CAPABILITIES);
+        let everything = Capabilities::NONE
+            .with_quota(true)
+            .with_transactional_enqueue(true)
+            .with_shared_storage(true)
+            .with_durable(true)
+            .with_server_clock(true);
+        assert_eq!(CAPABILITIES, everything, "polling, no LISTEN/NOTIFY");
+        assert!(broker.quota_provider().is_some(), "quota declared, quota given");
+        Ok(())
     }
 }

@@ -9,7 +9,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Executor;
 use taskgate::{Error, Result};
 
-use crate::adapter::{Health, StatementLog};
+use crate::adapter::Health;
 
 /// The table prefix when none is set (the same in every backend).
 pub const DEFAULT_PREFIX: &str = "taskgate_";
@@ -48,7 +48,8 @@ pub struct MySqlOptions {
     pool_size: u32,
     pub(crate) poll_interval: Duration,
     lock_wait_timeout_secs: u64,
-    pub(crate) log: Option<Arc<StatementLog>>,
+    #[cfg(feature = "test-hooks")]
+    pub(crate) log: Option<Arc<taskgate_sql::StatementLog>>,
 }
 
 /// A bad URL or option, as the contract's input error.
@@ -104,6 +105,7 @@ impl MySqlOptions {
             pool_size: DEFAULT_POOL_SIZE,
             poll_interval: DEFAULT_POLL_INTERVAL,
             lock_wait_timeout_secs: lock_wait.unwrap_or(DEFAULT_LOCK_WAIT_TIMEOUT_SECS),
+            #[cfg(feature = "test-hooks")]
             log: None,
         })
     }
@@ -142,10 +144,11 @@ impl MySqlOptions {
         &self.prefix
     }
 
-    /// Records every distinct statement text the broker runs (for query-plan tests).
-    #[cfg(feature = "testing")]
-    pub fn record_statements(mut self) -> Self {
-        self.log = Some(Arc::new(StatementLog::default()));
+    /// Records every statement the broker runs, with its arguments, into `log` (query-plan
+    /// tests; feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn record_statements(mut self, log: Arc<taskgate_sql::StatementLog>) -> Self {
+        self.log = Some(log);
         self
     }
 

@@ -186,7 +186,8 @@ fn allowed(name: &str, prefix: &str) -> Vec<String> {
 async fn hot_statements_seek_indexes_that_exclude_finished_rows() -> Result<(), BoxError> {
     let Some(storage) = common::storage("hot_statements_seek_indexes").await else { return Ok(()) };
     let (options, clock) = common::manual_options();
-    let broker = storage.options()?.record_statements().connect_lazy()?;
+    let log = taskgate_sql::StatementLog::new();
+    let broker = storage.options()?.record_statements(log.clone()).connect_lazy()?;
     broker.init(options).await?;
     pile_up_finished(&broker).await?;
     let live: Vec<Task> =
@@ -202,7 +203,7 @@ async fn hot_statements_seek_indexes_that_exclude_finished_rows() -> Result<(), 
         conn.execute(format!("ANALYZE TABLE {p}{table}").as_str()).await?;
     }
     let now = taskgate::Clock::now_ms(&clock);
-    let recorded = broker.recorded_statements();
+    let recorded = log.texts();
     let mut report = String::new();
     for hot in broker.hot_statements("hot", "live05", now) {
         if ["claim", "next_due", "ack_lock", "reap", "children", "repair"].contains(&hot.name) {

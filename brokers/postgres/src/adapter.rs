@@ -13,7 +13,7 @@
 //! send one coalesced notification (at most one in flight per handle). Other processes still
 //! hear about every commit after it happened; in-process waiters are woken by the engine.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool};
@@ -37,15 +37,6 @@ pub(crate) fn is_connection_lost(error: &DbError) -> bool {
     }
 }
 
-/// Statements an adapter ran, with their arguments (tests inspect query plans with them).
-pub(crate) type Recorder = Arc<Mutex<Vec<(String, Vec<Value>)>>>;
-
-fn record(recorder: Option<&Recorder>, sql: &str, args: &[Value]) {
-    if let Some(r) = recorder {
-        r.lock().unwrap_or_else(|p| p.into_inner()).push((sql.to_owned(), args.to_vec()));
-    }
-}
-
 /// The PostgreSQL adapter: one pool for transactions and reads.
 #[derive(Debug)]
 pub(crate) struct PgAdapter {
@@ -58,8 +49,6 @@ pub(crate) struct PgAdapter {
     /// How many times a first statement is retried on a fresh connection when the pooled one
     /// turned out to be dead (every idle connection may have been terminated at once).
     pub(crate) reconnect_attempts: u32,
-    /// Records every statement when set (tests).
-    pub(crate) recorder: Option<Recorder>,
 }
 
 impl PgAdapter {
@@ -103,12 +92,10 @@ impl Adapter for PgAdapter {
             wake_sql: self.wake_sql.clone(),
             notifier: self.notifier.clone(),
             wake: false,
-            recorder: self.recorder.clone(),
         }))
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        record(self.recorder.as_ref(), sql, args);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -137,7 +124,6 @@ struct PgWriteTx {
     wake_sql: Arc<str>,
     notifier: Notifier,
     wake: bool,
-    recorder: Option<Recorder>,
 }
 
 #[async_trait]
@@ -148,12 +134,10 @@ impl SqlConn for PgWriteTx {
             self.wake = true;
             return Ok(0);
         }
-        record(self.recorder.as_ref(), sql, args);
         execute(&mut self.tx, sql, args, true).await
     }
 
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        record(self.recorder.as_ref(), sql, args);
         fetch(&mut self.tx, sql, args, kinds, true).await
     }
 }

@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Postgres;
-use taskgate::{Error, Result, Status, Task};
+use taskgate::{Capabilities, Error, Result, Status, Task};
 use taskgate_sql::{EngineConfig, SqlBroker};
 
 pub use dialect::{
@@ -61,6 +61,17 @@ pub use options::{
 use adapter::PgAdapter;
 use notifier::Notifier;
 
+/// What a PostgreSQL broker declares ([`Broker::capabilities`](taskgate::Broker::capabilities)):
+/// everything — quota, `enqueue_in`, `LISTEN/NOTIFY` wake-ups across processes, shared
+/// durable storage, the server's clock.
+pub const CAPABILITIES: Capabilities = Capabilities::NONE
+    .with_quota(true)
+    .with_transactional_enqueue(true)
+    .with_cross_process_wakeups(true)
+    .with_shared_storage(true)
+    .with_durable(true)
+    .with_server_clock(true);
+
 /// The PostgreSQL broker. Clones share one handle (one pool, one listener).
 #[derive(Clone, Debug)]
 pub struct PgBroker {
@@ -75,11 +86,6 @@ struct Handle {
     tag: String,
     application_name: String,
     listener: tokio::task::JoinHandle<()>,
-    #[cfg_attr(
-        not(feature = "testing"),
-        expect(dead_code, reason = "read by take_statements, a testing-feature API")
-    )]
-    recorder: Option<adapter::Recorder>,
 }
 
 impl Drop for Handle {
@@ -116,7 +122,6 @@ impl PgBroker {
             .acquire_timeout(options.acquire_timeout)
             .connect_lazy_with(connect.clone().application_name(&format!("{app}:listen")));
         let dialect = PgDialect::new(tag.clone());
-        let recorder = options.record.then(adapter::Recorder::default);
         let channel = wake_channel(&options.prefix);
         let adapter = PgAdapter {
             pool: pool.clone(),
@@ -125,18 +130,24 @@ impl PgBroker {
             wake_sql: dialect.wake_sql_text(&options.prefix).into(),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),
             reconnect_attempts: options.pool_size.saturating_add(2),
-            recorder: recorder.clone(),
+        };
+        let adapter: Arc<dyn taskgate_sql::Adapter> = Arc::new(adapter);
+        #[cfg(feature = "test-hooks")]
+        let adapter = match &options.log {
+            Some(log) => taskgate_sql::RecordingAdapter::wrap(adapter, log.clone()),
+            None => adapter,
         };
         let config = EngineConfig {
             prefix: options.prefix.clone(),
             poll_interval: options.poll_interval,
             migrations: MIGRATIONS,
             migrate_on_init: true,
+            capabilities: CAPABILITIES,
         };
-        let inner = SqlBroker::new(Arc::new(adapter), Arc::new(dialect), config)?;
+        let inner = SqlBroker::new(adapter, Arc::new(dialect), config)?;
         let listener =
             tokio::spawn(notifier::listen(inner.clone(), listen_pool, channel, tag.clone()));
-        let handle = Handle { pool, tag, application_name: app, listener, recorder };
+        let handle = Handle { pool, tag, application_name: app, listener };
         Ok(PgBroker { inner, handle: Arc::new(handle) })
     }
 
@@ -189,16 +200,6 @@ impl PgBroker {
         &self.handle.tag
     }
 
-    /// Takes the statements this handle ran since the last call, with their arguments, when
-    /// it was built with `PgOptions::record_statements` (tests read query plans with them).
-    #[cfg(feature = "testing")]
-    pub fn take_statements(&self) -> Vec<(String, Vec<taskgate_sql::Value>)> {
-        match &self.handle.recorder {
-            Some(r) => std::mem::take(&mut *r.lock().unwrap_or_else(|p| p.into_inner())),
-            None => Vec::new(),
-        }
-    }
-
     /// The engine underneath.
     pub fn engine(&self) -> &SqlBroker {
         &self.inner
@@ -209,4 +210,23 @@ impl PgBroker {
 fn handle_tag() -> String {
     let ulid = taskgate::id::new_ulid().to_ascii_lowercase();
     ulid[ulid.len() - 10..].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use taskgate::Broker;
+
+    use super::{PgBroker, CAPABILITIES};
+
+    #[tokio::test]
+    async fn declares_everything() -> taskgate::Result<()> {
+        // Building a broker does no I/O: no server is needed to read what it declares.
+        let broker = PgBroker::connect("postgres://nobody@127.0.0.1:9/none").await?;
+        assert_eq!(broker.capabilities(), CAPABILITIES);
+        let c = CAPABILITIES;
+        assert!(c.quota && c.transactional_enqueue && c.cross_process_wakeups);
+        assert!(c.shared_storage && c.durable && c.server_clock);
+        assert!(broker.quota_provider().is_some(), "quota declared, quota given");
+        Ok(())
+    }
 }

@@ -40,7 +40,8 @@ pub struct PgOptions {
     pub(crate) poll_interval: Duration,
     pub(crate) acquire_timeout: Duration,
     pub(crate) application_name: Option<String>,
-    pub(crate) record: bool,
+    #[cfg(feature = "test-hooks")]
+    pub(crate) log: Option<std::sync::Arc<taskgate_sql::StatementLog>>,
 }
 
 impl PgOptions {
@@ -67,7 +68,8 @@ impl PgOptions {
             poll_interval: DEFAULT_POLL_INTERVAL,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             application_name: None,
-            record: false,
+            #[cfg(feature = "test-hooks")]
+            log: None,
         }
     }
 
@@ -102,10 +104,11 @@ impl PgOptions {
         self
     }
 
-    /// Records every statement the handle runs, for `PgBroker::take_statements` (tests).
-    #[cfg(feature = "testing")]
-    pub fn record_statements(mut self) -> Self {
-        self.record = true;
+    /// Records every statement the handle runs, with its arguments, into `log` (tests read
+    /// query plans with them; feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn record_statements(mut self, log: std::sync::Arc<taskgate_sql::StatementLog>) -> Self {
+        self.log = Some(log);
         self
     }
 

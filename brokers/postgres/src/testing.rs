@@ -4,8 +4,9 @@
 //!
 //! Where the server comes from, in order:
 //! 1. `TASKGATE_PG_URL` (CI sets it, with `TASKGATE_REQUIRE_DB=1`);
-//! 2. unset and Docker reachable: a PostgreSQL 16 testcontainer, started once and reused by
-//!    every later test process (a named, reusable container: it is never left behind twice);
+//! 2. unset, built with the `containers` feature and Docker reachable: a PostgreSQL 16
+//!    testcontainer, started once and reused by every later test process (a named, reusable
+//!    container: it is never left behind twice);
 //! 3. neither: [`brokertest::Unavailable`], so the suite skips loudly (or fails under
 //!    `TASKGATE_REQUIRE_DB=1`).
 //!
@@ -21,7 +22,6 @@ use async_trait::async_trait;
 use brokertest::{Factory, Storage, Unavailable};
 use sqlx::{Connection, PgConnection};
 use taskgate::{BoxError, Broker};
-use tokio::sync::OnceCell;
 
 use crate::{PgBroker, PgOptions};
 
@@ -70,16 +70,20 @@ impl PgFactory {
     }
 
     /// A factory from the environment: `TASKGATE_PG_URL`, else a testcontainer when Docker is
-    /// reachable, else one whose storage is [`Unavailable`].
+    /// reachable (feature `containers`), else one whose storage is [`Unavailable`].
     pub fn from_env() -> PgFactory {
         let source = match std::env::var(URL_VAR) {
             Ok(url) if !url.trim().is_empty() => match PgOptions::from_url(url.trim()) {
                 Ok(_) => Source::Url(url.trim().to_owned()),
                 Err(e) => Source::Broken(format!("{URL_VAR}: {e}")),
             },
-            _ if docker_reachable() => Source::Container,
-            _ => Source::Unavailable(format!(
+            _ if cfg!(feature = "containers") && docker_reachable() => Source::Container,
+            _ if cfg!(feature = "containers") => Source::Unavailable(format!(
                 "{URL_VAR} is not set and Docker is not reachable: no PostgreSQL server"
+            )),
+            _ => Source::Unavailable(format!(
+                "{URL_VAR} is not set (and taskgate-postgres was built without the containers \
+                 feature): no PostgreSQL server"
             )),
         };
         PgFactory::with_source(source)
@@ -335,14 +339,26 @@ fn docker_reachable() -> bool {
     std::os::unix::net::UnixStream::connect("/var/run/docker.sock").is_ok()
 }
 
-static CONTAINER: OnceCell<Result<String, String>> = OnceCell::const_new();
+#[cfg(feature = "containers")]
+static CONTAINER: tokio::sync::OnceCell<Result<String, String>> =
+    tokio::sync::OnceCell::const_new();
 
 /// The URL of the shared PostgreSQL 16 testcontainer, started on first use.
+#[cfg(feature = "containers")]
 async fn container_url() -> Result<String, BoxError> {
     let url = CONTAINER.get_or_init(start_container).await;
     url.clone().map_err(|why| Box::new(Unavailable(why)) as BoxError)
 }
 
+/// Without the `containers` feature there is no container to start.
+#[cfg(not(feature = "containers"))]
+async fn container_url() -> Result<String, BoxError> {
+    Err(Box::new(Unavailable(format!(
+        "{URL_VAR} is not set (and taskgate-postgres was built without the containers feature)"
+    ))))
+}
+
+#[cfg(feature = "containers")]
 async fn start_container() -> Result<String, String> {
     use testcontainers::runners::AsyncRunner;
     use testcontainers::{ImageExt, ReuseDirective};

@@ -102,12 +102,13 @@ async fn workload(b: &taskgate_postgres::PgBroker, clock: &ManualClock) -> taskg
 async fn hot_statements_use_indexes_that_skip_finished_rows() -> Result<(), taskgate::BoxError> {
     let Some(s) = common::storage("explain hot statements").await else { return Ok(()) };
     let clock = ManualClock::at_contract_epoch();
-    let b = common::handle(&s, &clock, |o| o.record_statements()).await?;
+    let log = taskgate_sql::StatementLog::new();
+    let b = common::handle(&s, &clock, |o| o.record_statements(log.clone())).await?;
     let mut conn = s.admin().await?;
     seed_finished(&mut conn, s.prefix()).await?;
-    b.take_statements();
+    log.take();
     workload(&b, &clock).await?;
-    let statements = b.take_statements();
+    let statements = log.take();
     let tasks = format!("{}tasks", s.prefix());
     for (name, marker, allowed) in CLASSES {
         let seen: Vec<&(String, Vec<Value>)> =

@@ -90,7 +90,7 @@ async fn invalid_tasks_fail_before_any_statement() -> Result<(), taskgate::BoxEr
     }
     let e = b.get("").await.err();
     assert_eq!(e.as_ref().and_then(field_of), Some("id"));
-    let e = b.dequeue_many(&[], 1).await.err();
+    let e = b.dequeue_many(&[] as &[&str; 0], 1).await.err();
     assert_eq!(e.as_ref().and_then(field_of), Some("queues"));
     let e = b.ack(&"x".repeat(300), "tok", None).await.err();
     assert_eq!(e.as_ref().and_then(field_of), Some("id"));

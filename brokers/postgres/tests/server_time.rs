@@ -62,3 +62,30 @@ async fn without_a_clock_the_server_decides_time() -> Result<(), taskgate::BoxEr
     assert!(window == secs_before / 60 * 60 || window == secs_after / 60 * 60, "{window}");
     common::finish(s, &[&b]).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn now_and_retry_after_read_the_servers_clock() -> Result<(), taskgate::BoxError> {
+    let Some(s) = common::storage("server now").await else { return Ok(()) };
+    let b = s.options()?.connect().await?;
+    b.init(BrokerOptions::default()).await?;
+    let mut conn = s.admin().await?;
+
+    // `now()` is one read of the server's clock.
+    let before = server_ms(&mut conn).await?;
+    let now = b.now().await?.as_millis();
+    let after = server_ms(&mut conn).await?;
+    assert!((before..=after).contains(&now), "{before} <= {now} <= {after}");
+
+    // A retry after a delay is timed by the server inside the fail.
+    b.enqueue(&Task::new("job", "q").with_id("ra").with_max_retry(1)).await?;
+    let claimed = b.dequeue(&["q"]).await?;
+    let delay = Duration::from_secs(3_600);
+    let before = server_ms(&mut conn).await?;
+    b.fail("ra", &claimed.lease_token, taskgate::Failure::business_after("later", delay)).await?;
+    let after = server_ms(&mut conn).await?;
+    let run_at = b.get("ra").await?.run_at.as_millis();
+    let hour = 3_600_000;
+    assert!((before + hour..=after + hour).contains(&run_at), "{before} + 1 h <= {run_at}");
+    assert!(b.try_dequeue(&["q"]).await?.is_none(), "not claimable for an hour");
+    common::finish(s, &[&b]).await
+}

@@ -8,8 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
-    validate, AckItem, Broker, BrokerOptions, Counts, Error, Failure, Filter, PruneRequest,
-    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Status, Step, Task,
+    validate, AckItem, Broker, BrokerOptions, Capabilities, Counts, Error, Failure, Filter,
+    PruneRequest, QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task,
+    Timestamp,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
@@ -32,6 +33,9 @@ pub struct EngineConfig {
     /// Run migrations on the first `init` (PostgreSQL, MySQL). SQLite migrates when the file
     /// is opened and sets this to false.
     pub migrate_on_init: bool,
+    /// What the backend declares it supports ([`Broker::capabilities`]). The engine always
+    /// has quota, so `quota` is set whatever the backend passes.
+    pub capabilities: Capabilities,
 }
 
 /// The shared SQL broker. Backends wrap it in their public type (`SqliteBroker`, `PgBroker`,
@@ -45,6 +49,7 @@ pub struct SqlBroker {
     migrations: &'static [Migration],
     migrate_on_init: bool,
     migrated: Arc<AtomicBool>,
+    capabilities: Capabilities,
 }
 
 impl std::fmt::Debug for SqlBroker {
@@ -73,6 +78,7 @@ impl SqlBroker {
             migrations: config.migrations,
             migrate_on_init: config.migrate_on_init,
             migrated: Arc::new(AtomicBool::new(false)),
+            capabilities: config.capabilities.with_quota(true),
         })
     }
 
@@ -225,12 +231,9 @@ impl SqlBroker {
         Ok(Probe::Claimed(claimed))
     }
 
-    fn claim_args(queues: &[&str], max: usize) -> Result<Vec<String>> {
-        validate::validate_queues(queues)?;
-        if max == 0 {
-            return Err(Error::invalid("max", "must be at least 1"));
-        }
-        Ok(queues.iter().map(|q| (*q).to_owned()).collect())
+    fn claim_args(queues: &dyn QueueList, max: usize) -> Result<Vec<String>> {
+        validate::validate_claim(queues, max)?;
+        Ok(queues.iter().map(str::to_owned).collect())
     }
 }
 
@@ -292,13 +295,11 @@ impl Broker for SqlBroker {
         Ok(())
     }
 
-    async fn enqueue(&self, task: &Task) -> Result<Task> {
+    async fn now(&self) -> Result<Timestamp> {
         let opts = self.opts()?;
-        validate::validate_task(task, &opts.limits)?;
-        let done = in_tx!(&self.core, &opts, "enqueue", |tx| enqueue::enqueue(&mut tx, task));
-        match done {
-            Ok(row) => Ok(row.task),
-            Err(e) => Err(self.enqueue_error(e, Some(task)).await),
+        match self.core.local_now(&opts) {
+            Some(now) => Ok(now),
+            None => read::now(&self.core).await,
         }
     }
 
@@ -330,11 +331,14 @@ impl Broker for SqlBroker {
         });
         match done {
             Ok(stored) => Ok(stored),
-            Err(e) => Err(self.enqueue_error(e, None).await),
+            // A batch of one (what `enqueue` sends) knows which task hit a unique index.
+            Err(e) => Err(self
+                .enqueue_error(e, if tasks.len() == 1 { tasks.first() } else { None })
+                .await),
         }
     }
 
-    async fn try_dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+    async fn try_dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let opts = self.opts()?;
         let queues = Self::claim_args(queues, max)?;
         match self.probe_and_claim(opts, queues, max).await? {
@@ -343,7 +347,7 @@ impl Broker for SqlBroker {
         }
     }
 
-    async fn dequeue_many(&self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
+    async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let opts = self.opts()?;
         let queues = Self::claim_args(queues, max)?;
         let core = &self.core;
@@ -354,24 +358,11 @@ impl Broker for SqlBroker {
         .await
     }
 
-    async fn ack(&self, id: &str, token: &str, result: Option<Vec<u8>>) -> Result<()> {
-        let item = AckItem { id: id.to_owned(), token: token.to_owned(), result };
-        let mut outcomes = self.ack_many(std::slice::from_ref(&item)).await?;
-        outcomes.pop().unwrap_or_else(|| Err(Error::not_found(id)))
-    }
-
     async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {
         let opts = self.opts()?;
         let mut outcomes: Vec<Option<Result<()>>> = items
             .iter()
-            .map(|i| {
-                validate::validate_id(&i.id)
-                    .and_then(|()| {
-                        validate::validate_bytes("result", i.result.as_deref(), &opts.limits)
-                    })
-                    .err()
-                    .map(Err)
-            })
+            .map(|i| validate::validate_ack_item(i, &opts.limits).err().map(Err))
             .collect();
         let valid: Vec<AckItem> = items
             .iter()
@@ -462,7 +453,7 @@ impl Broker for SqlBroker {
 
     async fn replay(&self, request: ReplayRequest) -> Result<Task> {
         let opts = self.opts()?;
-        check_replay_request(&request, &opts)?;
+        validate::validate_replay_request(&request, &opts.limits)?;
         let done = in_tx!(&self.core, &opts, "replay", |tx| replay::replay(&mut tx, &request));
         done.map_err(|e| match e {
             TxFail::Db(db)
@@ -534,7 +525,7 @@ impl Broker for SqlBroker {
 
     async fn prune(&self, request: PruneRequest) -> Result<u64> {
         let opts = self.opts()?;
-        let statuses = prune_statuses(&request.statuses)?;
+        let statuses = validate::prune_statuses(&request.statuses)?;
         let mut total = 0u64;
         let mut budget = if request.limit == 0 { usize::MAX } else { request.limit };
         let mut first = true;
@@ -553,6 +544,10 @@ impl Broker for SqlBroker {
         Ok(total)
     }
 
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {
         Some(&*self.quota)
     }
@@ -562,29 +557,5 @@ impl SqlBroker {
     /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
     fn ack_chunk(&self) -> usize {
         (self.core.dialect.max_params() / 4).clamp(1, 1_000)
-    }
-}
-
-/// Exactly one of ID and key; both well-formed; payload within limits.
-fn check_replay_request(request: &ReplayRequest, opts: &ResolvedOptions) -> Result<()> {
-    match (request.execution_id.is_empty(), request.business_key.is_empty()) {
-        (true, true) => Err(Error::invalid("request", "set execution_id or business_key")),
-        (false, false) => {
-            Err(Error::invalid("request", "set only one of execution_id and business_key"))
-        }
-        (false, true) => validate::validate_id(&request.execution_id),
-        (true, false) => validate::validate_name("business_key", &request.business_key, false),
-    }?;
-    validate::validate_bytes("payload", request.payload.as_deref(), &opts.limits)
-}
-
-/// The statuses a prune may delete: empty means all three terminal ones.
-fn prune_statuses(statuses: &[Status]) -> Result<Vec<Status>> {
-    if statuses.is_empty() {
-        return Ok(vec![Status::Completed, Status::Failed, Status::Canceled]);
-    }
-    match statuses.iter().find(|s| !s.is_terminal()) {
-        Some(s) => Err(Error::invalid("statuses", format!("{s} is not a terminal status"))),
-        None => Ok(statuses.to_vec()),
     }
 }

@@ -43,7 +43,10 @@
 //!   (dialect, prefix); `IN (…)` lists per call. The prefix is validated before any SQL.
 //! * Stored times are unix ms. "Now" is the injected clock, else the local clock
 //!   ([`TimeSource::Local`]), else the server's, read once per transaction (piggybacked on the
-//!   first row lock where possible).
+//!   first row lock where possible). `Broker::now` outside a transaction is one
+//!   `SELECT <server now>` read; a fail's `RetryAt::After` is resolved on the transaction's now.
+//! * Argument checks are the core's (`taskgate::validate`), called before any transaction;
+//!   `enqueue` and `ack` are the trait's provided forms over `enqueue_many` / `ack_many`.
 //!
 //! # Writing a new backend
 //!
@@ -51,7 +54,8 @@
 //! any integer or boolean column type, [`Kind::Text`] from text or binary-collated strings;
 //! bind [`Value::Null`] with its kind's SQL type), implement [`Dialect`], write the two
 //! migrations with the same numbers and names as `migrations/sqlite/`, and wrap [`SqlBroker`]
-//! ([`EngineConfig::migrate_on_init`] = true for server databases). The schema must have the
+//! ([`EngineConfig::migrate_on_init`] = true for server databases; [`EngineConfig::capabilities`]
+//! says what the backend declares). The schema must have the
 //! columns of [`row::TASK_COLUMNS`] plus `has_children` (integer, default 0: set on a task
 //! whenever it gets a child edge that is not done) and the tables `{prefix}tasks`, `{prefix}task_deps`,
 //! `{prefix}quota` (`qkey, win, used, period`) and `{prefix}paused_queues(queue, paused_at)`.
@@ -59,8 +63,10 @@
 //! engine runs, and what they need from indexes, are listed by [`SqlBroker::hot_statements`]
 //! (check them with `EXPLAIN` in a test, as `brokers/sqlite/tests/plans.rs` does).
 //!
-//! Then run the contract suite (`brokertest::contract_tests!`) on the backend; the engine's
-//! `test-hooks` feature gives `SqlBroker::set_before_commit_hook` for crash tests.
+//! Then run the contract suite (`brokertest::contract_tests!`) on the backend. The engine's
+//! `test-hooks` feature (never enabled by a shipped binary) gives `SqlBroker::set_before_commit_hook`
+//! for crash tests and `RecordingAdapter` / `StatementLog`, the one statement recorder every
+//! backend's `record_statements(log)` option wraps its adapter with.
 
 mod adapter;
 mod broker;
@@ -70,6 +76,8 @@ mod migrate;
 mod ops;
 mod plans;
 mod quota;
+#[cfg(feature = "test-hooks")]
+mod recording;
 pub mod row;
 mod value;
 
@@ -83,6 +91,8 @@ pub use dialect::{
 };
 pub use migrate::{migrate, split_statements, Migration};
 pub use plans::HotStatement;
+#[cfg(feature = "test-hooks")]
+pub use recording::{RecordingAdapter, StatementLog};
 pub use value::{DecodeError, Kind, Row, Value};
 
 #[doc(hidden)]
@@ -115,11 +125,10 @@ macro_rules! delegate_broker {
             async fn close(&self) -> $crate::__private::taskgate::Result<()> {
                 $crate::__private::taskgate::Broker::close(&self.$field).await
             }
-            async fn enqueue(
+            async fn now(
                 &self,
-                task: &$crate::__private::taskgate::Task,
-            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Task> {
-                $crate::__private::taskgate::Broker::enqueue(&self.$field, task).await
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Timestamp> {
+                $crate::__private::taskgate::Broker::now(&self.$field).await
             }
             async fn enqueue_many(
                 &self,
@@ -129,7 +138,7 @@ macro_rules! delegate_broker {
             }
             async fn try_dequeue_many(
                 &self,
-                queues: &[&str],
+                queues: &dyn $crate::__private::taskgate::QueueList,
                 max: usize,
             ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
                 $crate::__private::taskgate::Broker::try_dequeue_many(&self.$field, queues, max)
@@ -137,18 +146,10 @@ macro_rules! delegate_broker {
             }
             async fn dequeue_many(
                 &self,
-                queues: &[&str],
+                queues: &dyn $crate::__private::taskgate::QueueList,
                 max: usize,
             ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::Task>> {
                 $crate::__private::taskgate::Broker::dequeue_many(&self.$field, queues, max).await
-            }
-            async fn ack(
-                &self,
-                id: &str,
-                token: &str,
-                result: Option<Vec<u8>>,
-            ) -> $crate::__private::taskgate::Result<()> {
-                $crate::__private::taskgate::Broker::ack(&self.$field, id, token, result).await
             }
             async fn ack_many(
                 &self,
@@ -246,6 +247,9 @@ macro_rules! delegate_broker {
                 request: $crate::__private::taskgate::PruneRequest,
             ) -> $crate::__private::taskgate::Result<u64> {
                 $crate::__private::taskgate::Broker::prune(&self.$field, request).await
+            }
+            fn capabilities(&self) -> $crate::__private::taskgate::Capabilities {
+                $crate::__private::taskgate::Broker::capabilities(&self.$field)
             }
             fn quota_provider(&self) -> Option<&dyn $crate::__private::taskgate::QuotaProvider> {
                 $crate::__private::taskgate::Broker::quota_provider(&self.$field)

@@ -39,7 +39,7 @@ pub mod testing;
 use std::sync::Arc;
 
 use sqlx::Sqlite;
-use taskgate::{Result, Task};
+use taskgate::{Capabilities, Result, Task};
 use taskgate_sql::{Migration, SqlBroker};
 
 pub use dialect::SqliteDialect;
@@ -60,6 +60,19 @@ pub static MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../../migrations/sqlite/0002_steps_pause_owner.sql"),
     },
 ];
+
+/// What a SQLite broker on `location` declares: quota, `enqueue_in`, and for a file shared
+/// durable storage (every process on the machine that opens it); other processes' writes are
+/// found by polling, and time is the local clock. `sqlite::memory:` is neither shared nor
+/// durable.
+pub(crate) fn capabilities(location: &options::Location) -> Capabilities {
+    let file = matches!(location, options::Location::File(_));
+    Capabilities::NONE
+        .with_quota(true)
+        .with_transactional_enqueue(true)
+        .with_shared_storage(file)
+        .with_durable(file)
+}
 
 /// A taskgate broker on a SQLite database. Implements [`taskgate::Broker`] and the quota
 /// capability; every handle opened on the same file shares tasks, quota and pause flags.
@@ -118,5 +131,28 @@ impl SqliteBroker {
     /// The applied schema versions, ascending.
     pub async fn schema_versions(&self) -> Result<Vec<i64>> {
         self.adapter.schema_versions(self.inner.prefix()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use taskgate::{Broker, Capabilities};
+
+    use crate::{SqliteBroker, SqliteOptions};
+
+    #[tokio::test]
+    async fn a_file_is_shared_and_durable_memory_is_neither() -> taskgate::Result<()> {
+        let base = Capabilities::NONE.with_quota(true).with_transactional_enqueue(true);
+        let memory: Arc<dyn Broker> = Arc::new(SqliteBroker::connect("sqlite::memory:").await?);
+        assert_eq!(memory.capabilities(), base);
+        let dir = tempfile::tempdir().map_err(|e| taskgate::Error::backend("sqlite", e))?;
+        let file: Arc<dyn Broker> =
+            Arc::new(SqliteOptions::new(dir.path().join("t.db")).open().await?);
+        assert_eq!(file.capabilities(), base.with_shared_storage(true).with_durable(true));
+        assert!(file.quota_provider().is_some(), "quota declared, quota given");
+        memory.close().await?;
+        file.close().await
     }
 }

@@ -157,9 +157,16 @@ pub(crate) async fn open(options: SqliteOptions) -> Result<SqliteBroker> {
         poll_interval: options.poll_interval,
         migrations: MIGRATIONS,
         migrate_on_init: false,
+        capabilities: crate::capabilities(&options.location),
     };
     let dialect = options.dialect.clone().unwrap_or_else(|| Arc::new(SqliteDialect));
-    let inner = SqlBroker::new(adapter.clone(), dialect, config)?;
+    let engine_adapter: Arc<dyn taskgate_sql::Adapter> = adapter.clone();
+    #[cfg(feature = "test-hooks")]
+    let engine_adapter = match &options.log {
+        Some(log) => taskgate_sql::RecordingAdapter::wrap(engine_adapter, log.clone()),
+        None => engine_adapter,
+    };
+    let inner = SqlBroker::new(engine_adapter, dialect, config)?;
     if let Err(e) = migrate(&inner, &adapter).await {
         taskgate_sql::Adapter::close(&*adapter).await;
         return Err(e);

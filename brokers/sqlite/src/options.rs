@@ -54,6 +54,8 @@ pub struct SqliteOptions {
     pub(crate) busy_timeout: Duration,
     pub(crate) read_connections: u32,
     pub(crate) dialect: Option<std::sync::Arc<dyn taskgate_sql::Dialect>>,
+    #[cfg(feature = "test-hooks")]
+    pub(crate) log: Option<std::sync::Arc<taskgate_sql::StatementLog>>,
 }
 
 impl SqliteOptions {
@@ -76,6 +78,8 @@ impl SqliteOptions {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             read_connections: 4,
             dialect: None,
+            #[cfg(feature = "test-hooks")]
+            log: None,
         }
     }
 
@@ -133,6 +137,17 @@ impl SqliteOptions {
     #[cfg(feature = "testing")]
     pub fn dialect(mut self, dialect: std::sync::Arc<dyn taskgate_sql::Dialect>) -> SqliteOptions {
         self.dialect = Some(dialect);
+        self
+    }
+
+    /// Records every statement the broker runs, with its arguments, into `log` (tests; feature
+    /// `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn record_statements(
+        mut self,
+        log: std::sync::Arc<taskgate_sql::StatementLog>,
+    ) -> SqliteOptions {
+        self.log = Some(log);
         self
     }
 

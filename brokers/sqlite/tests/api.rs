@@ -135,3 +135,30 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
+
+#[tokio::test]
+async fn recorded_statements_show_what_ran_and_that_bad_input_ran_nothing() -> TestResult {
+    let db = TempDb::new()?;
+    let log = taskgate_sql::StatementLog::new();
+    let broker = SqliteOptions::new(db.path()).record_statements(log.clone()).open().await?;
+    broker.init(BrokerOptions::default()).await?;
+    log.take();
+    let before = log.count();
+    let refused = broker.enqueue(&Task::new("", "q")).await;
+    assert_eq!(refused.err().map(|e| e.kind()), Some(ErrorKind::InvalidInput));
+    assert_eq!(
+        broker.dequeue_many(&["q"], 0).await.err().map(|e| e.kind()),
+        Some(ErrorKind::InvalidInput)
+    );
+    assert_eq!(log.count(), before, "refused input ran a statement");
+    broker.enqueue(&Task::new("job", "q").with_id("r1")).await?;
+    let t = broker.dequeue(&["q"]).await?;
+    broker.ack(&t.id, &t.lease_token, None).await?;
+    let texts = log.texts();
+    assert!(texts.iter().any(|s| s.starts_with("INSERT INTO taskgate_tasks")), "{texts:#?}");
+    assert!(texts.iter().any(|s| s.contains("SET status = 'completed'")), "{texts:#?}");
+    let ran = log.take();
+    assert!(ran.iter().any(|(_, args)| args.contains(&taskgate_sql::Value::from("r1"))));
+    assert!(log.take().is_empty(), "take drains the log");
+    Ok(())
+}

@@ -73,8 +73,16 @@ async fn all_or_nothing(h: &Harness) {
 async fn bad_claim_arguments(h: &Harness) -> CaseResult {
     expect_invalid(h.broker.dequeue_many(&["qb"], 0).await, "max", "dequeue_many max 0");
     expect_invalid(h.broker.try_dequeue_many(&["qb"], 0).await, "max", "try_dequeue_many max 0");
-    expect_invalid(h.broker.dequeue_many(&[], 3).await, "queues", "dequeue_many no queues");
-    expect_invalid(h.broker.try_dequeue_many(&[], 3).await, "queues", "try_dequeue_many no queues");
+    expect_invalid(
+        h.broker.dequeue_many(&[] as &[&str; 0], 3).await,
+        "queues",
+        "dequeue_many no queues",
+    );
+    expect_invalid(
+        h.broker.try_dequeue_many(&[] as &[&str; 0], 3).await,
+        "queues",
+        "try_dequeue_many no queues",
+    );
     assert_eq!(h.broker.queue_len("qb").await?, 25, "rejected claims claimed something");
     Ok(())
 }
@@ -82,7 +90,7 @@ async fn bad_claim_arguments(h: &Harness) -> CaseResult {
 /// A dequeue_many that must return within 5 s; asserts every task is running with its own,
 /// distinct token, and returns them by ID.
 async fn claim_batch(b: &dyn Broker, queues: &[&str], max: usize) -> BTreeMap<String, Task> {
-    let tasks = match tokio::time::timeout(SAFETY_TIMEOUT, b.dequeue_many(queues, max)).await {
+    let tasks = match tokio::time::timeout(SAFETY_TIMEOUT, b.dequeue_many(&queues, max)).await {
         Ok(Ok(tasks)) => tasks,
         Ok(Err(e)) => panic!("dequeue_many({queues:?}, {max}) failed: {e}"),
         Err(_) => panic!("dequeue_many({queues:?}, {max}) claimed nothing within 5 s"),

@@ -94,7 +94,7 @@ async fn drain_cancelled(racers: &mut JoinSet<taskgate::Result<Task>>, deadline:
 /// claimed nothing (the task enqueued afterwards is still claimable).
 pub async fn c04_blocking_dequeue(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?;
-    match tokio::time::timeout(SAFETY_TIMEOUT, h.broker.dequeue(&[])).await {
+    match tokio::time::timeout(SAFETY_TIMEOUT, h.broker.dequeue(&[] as &[&str; 0])).await {
         Err(_) => panic!("dequeue with no queues blocked instead of failing"),
         Ok(Err(Error::InvalidInput { field, .. })) => {
             assert_eq!(field, "queues", "dequeue with no queues must name the queues argument");

@@ -68,7 +68,7 @@ fn wide_task() -> Task {
 async fn bad_lookups(b: &dyn Broker) {
     expect_invalid(b.get("").await, "id", "get with an empty ID");
     expect_invalid(b.get(&"x".repeat(256)).await, "id", "get with a 256-character ID");
-    expect_invalid(b.dequeue(&[]).await, "queues", "dequeue with no queues");
+    expect_invalid(b.dequeue(&[] as &[&str; 0]).await, "queues", "dequeue with no queues");
 }
 
 /// A claimed `worker` and a failed `failed`: an oversized result, cursor or replay payload and

@@ -88,7 +88,7 @@ async fn still_lands_while_paused(h: &Harness, fin: &Task, rt: &Task) -> CaseRes
 
 /// A dequeue on `broker` must still be waiting after 100 ms (real time).
 async fn expect_blocked_on(broker: &dyn Broker, queues: &[&str]) {
-    match tokio::time::timeout(REAL_WINDOW, broker.dequeue(queues)).await {
+    match tokio::time::timeout(REAL_WINDOW, broker.dequeue(&queues)).await {
         Err(_) => {}
         Ok(Ok(t)) => panic!("expected {queues:?} to block, but claimed {}", t.id),
         Ok(Err(e)) => panic!("expected {queues:?} to block, but dequeue failed: {e}"),
@@ -97,7 +97,7 @@ async fn expect_blocked_on(broker: &dyn Broker, queues: &[&str]) {
 
 /// A dequeue on `broker` that must succeed within 5 s.
 async fn claim_on(broker: &dyn Broker, queues: &[&str]) -> Task {
-    match tokio::time::timeout(SAFETY_TIMEOUT, broker.dequeue(queues)).await {
+    match tokio::time::timeout(SAFETY_TIMEOUT, broker.dequeue(&queues)).await {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => panic!("dequeue {queues:?} failed: {e}"),
         Err(_) => panic!("dequeue {queues:?}: nothing claimed within {SAFETY_TIMEOUT:?}"),

@@ -295,7 +295,7 @@ impl Model {
             ),
             Op::Fail { id, token: t, kind, retry_secs } => {
                 let retry_at = retry_secs.map_or(Timestamp::ZERO, |s| at(now, s * 1000));
-                let failure = Failure { kind: *kind, message: format!("boom {id}"), retry_at };
+                let failure = Failure::new(*kind, format!("boom {id}"), retry_at);
                 Call::Fail { id: id.clone(), token: token(id, t), failure }
             }
             Op::Cancel { id } => Call::Cancel { id: id.clone() },

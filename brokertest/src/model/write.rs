@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use taskgate::decide::submit_decision;
 use taskgate::validate::{MAX_MESSAGE_CHARS, MAX_STEP_DELAY};
-use taskgate::{AckItem, ErrorKind, FailKind, Failure, Status, Step, Task, Timestamp};
+use taskgate::{AckItem, ErrorKind, FailKind, Failure, RetryAt, Status, Step, Task, Timestamp};
 
 use super::call::{Detail, Fault, Outcome};
 use super::state::{Edge, Entry, Model};
@@ -211,7 +211,12 @@ impl Model {
         let now = self.now;
         let entry = self.entry_mut(id)?;
         set_status(&mut entry.task, Status::Retrying)?;
-        entry.task.run_at = if failure.retry_at.is_zero() { now } else { failure.retry_at };
+        entry.task.run_at = match failure.retry {
+            RetryAt::Now => now,
+            RetryAt::At(at) if at.is_zero() => now,
+            RetryAt::At(at) => at,
+            RetryAt::After(delay) => now.saturating_add(delay),
+        };
         release(entry);
         Ok(())
     }

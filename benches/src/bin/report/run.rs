@@ -2,7 +2,7 @@
 //! pickup, the end-to-end pipeline and degradation, each on fresh storage.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use benches::backend::{Backend, Bed, Env};
 use benches::drive::{self, Outcome, Spec, Stop};
@@ -18,23 +18,9 @@ use crate::plan::Plan;
 
 /// The current time as `YYYY-MM-DD HH:MM UTC`.
 pub(crate) fn utc_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let (y, m, d) = civil(days);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", secs % 86_400 / 3_600, secs % 3_600 / 60)
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    let now = taskgate::Timestamp::now().to_string(); // 2026-01-01T00:00:00.000Z
+    let (date, time) = now.split_once('T').unwrap_or((&now, ""));
+    format!("{date} {} UTC", time.get(..5).unwrap_or(time))
 }
 
 fn sessions(n: usize) -> u32 {

@@ -1,7 +1,7 @@
-//! Reads (contract §7): get, list, queue_len, counts, paused queues — plain pooled queries, no
-//! transaction, no row locks.
+//! Reads (contract §7): get, list, queue_len, counts, paused queues, the server's time — plain
+//! pooled queries, no transaction, no row locks.
 
-use taskgate::{Counts, Filter, Result, Status, Task};
+use taskgate::{Counts, Filter, Result, Status, Task, Timestamp};
 
 use crate::core::Core;
 use crate::row::{TaskRow, TASK_KINDS};
@@ -14,6 +14,13 @@ async fn read(core: &Core, sql: &str, args: &[Value], kinds: &[Kind]) -> Result<
 
 fn decoded<T>(core: &Core, r: std::result::Result<T, DecodeError>) -> Result<T> {
     r.map_err(|e| core.backend_error(crate::DbError::Decode(Box::new(e))))
+}
+
+/// The server's current time (`SELECT {now}`, the dialect's server-now-ms expression).
+pub(crate) async fn now(core: &Core) -> Result<Timestamp> {
+    let rows = read(core, &core.sql("SELECT {now}"), &[], &[Kind::Int]).await?;
+    let ms = decoded(core, Cols(rows.first().map(Vec::as_slice).unwrap_or_default()).int(0))?;
+    Ok(Timestamp::from_millis(ms))
 }
 
 /// One task by ID.

@@ -294,11 +294,7 @@ impl Worker {
         let now = self.world.clock.now_ms();
         match self.rng.below(3) {
             0 => Failure::skip("history skip"),
-            1 => Failure {
-                kind: FailKind::Throttled,
-                message: "history throttled".into(),
-                retry_at: now,
-            },
+            1 => Failure::new(FailKind::Throttled, "history throttled", now),
             _ => Failure::business("history business", now),
         }
     }
