@@ -195,18 +195,17 @@ async fn save_step(inner: &Inner, q: &QueueRt, task: &Task, step: taskgate::Step
 /// business failure retried after the back-off of the claim-time attempts.
 async fn fail(inner: &Inner, q: &QueueRt, task: &Task, e: JobError) {
     let message = e.message().to_owned();
-    let (failure, is_final) = match e.kind() {
-        FailureKind::Skip => (Failure::skip(message), true),
+    let (failure, delay, is_final) = match e.kind() {
+        FailureKind::Skip => (Failure::skip(message), Duration::ZERO, true),
         FailureKind::Throttled { retry_after } => (
-            inner.retry_failure(FailKind::Throttled, message, retry_after),
+            Inner::retry_failure(FailKind::Throttled, message, retry_after),
+            retry_after,
             task.throttled + 1 >= inner.config.throttled_max,
         ),
         FailureKind::Retry => {
             let delay = (inner.retry_delay)(task.attempts);
-            (
-                inner.retry_failure(FailKind::Business, message, delay),
-                task.attempts >= task.max_retry,
-            )
+            let failure = Inner::retry_failure(FailKind::Business, message, delay);
+            (failure, delay, task.attempts >= task.max_retry)
         }
     };
     let written = write_with_retry("fail", || {
@@ -219,7 +218,7 @@ async fn fail(inner: &Inner, q: &QueueRt, task: &Task, e: JobError) {
             tracing::warn!(error = %failure.message, "failed");
         } else {
             q.metrics.retried.increment(1);
-            tracing::info!(error = %failure.message, retry_at = failure.retry_at.as_millis(), "retry");
+            tracing::info!(error = %failure.message, delay_ms = delay.as_millis(), "retry");
         }
     }
     inner.finished();

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskgate::{Broker, Clock, ErrorKind, FailKind, Failure};
+use taskgate::{Broker, Clock, ErrorKind, FailKind, Failure, RetryAt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -46,15 +46,11 @@ impl Inner {
         self.finished_tx.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// A retryable failure due `delay` from now: the one place retry times are computed.
-    pub(crate) fn retry_failure(
-        &self,
-        kind: FailKind,
-        message: String,
-        delay: Duration,
-    ) -> Failure {
-        let retry_at = self.clock.now_ms().saturating_add(delay);
-        Failure { kind, message, retry_at }
+    /// A retryable failure due `delay` from now. The broker adds the delay to its own clock
+    /// inside the fail's transaction (the server's for PostgreSQL and MySQL), so a worker whose
+    /// clock is off never shifts a retry.
+    pub(crate) fn retry_failure(kind: FailKind, message: String, delay: Duration) -> Failure {
+        Failure::new(kind, message, RetryAt::After(delay))
     }
 }
 
