@@ -95,7 +95,7 @@ impl Client {
     /// A group of jobs submitted together in one atomic `enqueue_many`; members may depend on
     /// earlier members (fan-out and fan-in without a round trip per parent).
     pub fn group(&self) -> Group {
-        Group { client: self.clone(), tasks: Vec::new(), error: None }
+        Group { client: self.clone(), tasks: Vec::new(), added: 0, error: None }
     }
 
     fn typed_task<J: Job>(&self, job: &J, options: SubmitOptions) -> Result<Task> {
@@ -277,6 +277,7 @@ impl std::fmt::Debug for Client {
 pub struct Group {
     client: Client,
     tasks: Vec<Task>,
+    added: usize,
     error: Option<Error>,
 }
 
@@ -300,6 +301,7 @@ impl Group {
 
     fn push(&mut self, built: Result<Task>) -> String {
         let id = taskgate::id::new_ulid();
+        self.added += 1;
         match built {
             Ok(task) => self.tasks.push(task.with_id(id.clone())),
             Err(e) => {
@@ -311,7 +313,7 @@ impl Group {
 
     /// How many members were added.
     pub fn len(&self) -> usize {
-        self.tasks.len() + usize::from(self.error.is_some())
+        self.added
     }
 
     /// True when nothing was added.

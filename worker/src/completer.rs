@@ -129,19 +129,7 @@ async fn ack_many_with_retry(
     broker: &dyn Broker,
     items: &[AckItem],
 ) -> taskgate::Result<Vec<taskgate::Result<()>>> {
-    let mut delay = Duration::from_millis(50);
-    let mut attempt = 1;
-    loop {
-        match broker.ack_many(items).await {
-            Err(e) if e.is(ErrorKind::Backend) && attempt < 4 => {
-                tracing::warn!(error = %chain_text(&e), attempt, "ack_many failed, retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-                attempt += 1;
-            }
-            other => return other,
-        }
-    }
+    crate::inner::write_with_retry("ack_many", || broker.ack_many(items)).await
 }
 
 /// Counts one ack's outcome: completed, or lost (the reaper owns the task now).

@@ -54,22 +54,26 @@ impl Inner {
     }
 }
 
-/// Runs a final write, retrying storage failures twice (50 ms, then 100 ms, real time): a
-/// transient database error should not cost a finished result. Contract errors return at once.
-pub(crate) async fn write_with_retry<F, Fut>(what: &str, mut write: F) -> taskgate::Result<()>
+/// Waits between attempts of a write that failed on storage (real time): a database that
+/// fails over or a file briefly locked should not cost a finished result.
+pub(crate) const STORAGE_RETRY_DELAYS: [Duration; 3] =
+    [Duration::from_millis(100), Duration::from_millis(500), Duration::from_secs(2)];
+
+/// Runs a final write; storage failures are retried after [`STORAGE_RETRY_DELAYS`], contract
+/// errors return at once.
+pub(crate) async fn write_with_retry<T, F, Fut>(what: &str, mut write: F) -> taskgate::Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = taskgate::Result<()>>,
+    Fut: Future<Output = taskgate::Result<T>>,
 {
-    let mut delay = Duration::from_millis(50);
-    let mut attempt = 1;
+    let mut delays = STORAGE_RETRY_DELAYS.iter();
     loop {
         match write().await {
-            Err(e) if e.is(ErrorKind::Backend) && attempt < 3 => {
-                tracing::warn!(error = %crate::error::chain_text(&e), attempt, "{what} failed, retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-                attempt += 1;
+            Err(e) if e.is(ErrorKind::Backend) => {
+                let Some(delay) = delays.next() else { return Err(e) };
+                let error = crate::error::chain_text(&e);
+                tracing::warn!(%error, retry_in_ms = delay.as_millis(), "{what} failed, retrying");
+                tokio::time::sleep(*delay).await;
             }
             other => return other,
         }

@@ -86,12 +86,12 @@ pub async fn w22_cancel_running_local(factory: &dyn Factory) -> CaseResult {
     world.finish().await
 }
 
-/// A cancel from another process is seen at the next heartbeat (lease 300 ms: every 100 ms).
+/// A cancel from another process is seen at the next heartbeat (lease 900 ms: every 300 ms).
 pub async fn w23_cancel_running_remote(factory: &dyn Factory) -> CaseResult {
     let world = World::new(factory).await?;
     let saw = Arc::new(AtomicBool::new(false));
     let config =
-        Config::new().queue("work", QueueConfig::workers(1).lease_ttl(Duration::from_millis(300)));
+        Config::new().queue("work", QueueConfig::workers(1).lease_ttl(Duration::from_millis(900)));
     let tune = holders(Gate::default(), saw.clone());
     let rt = world.start(move |b| tune(b.config(config))).await?;
     let other_rt = world.start(|b| b).await?;
