@@ -58,7 +58,7 @@ impl Completer {
             inner.broker.ack(&item.id, &item.token, item.result.clone())
         })
         .await;
-        record(&queue, &item.id, written);
+        record(inner, &queue, &item, written).await;
         inner.finished();
     }
 }
@@ -111,7 +111,7 @@ async fn flush(inner: &Inner, batch: &mut Vec<Done>) {
     match ack_many_with_retry(&*inner.broker, &items).await {
         Ok(results) => {
             for (done, result) in batch.iter().zip(results) {
-                record(&done.queue, &done.item.id, result);
+                record(inner, &done.queue, &done.item, result).await;
             }
         }
         Err(e) => {
@@ -132,13 +132,18 @@ async fn ack_many_with_retry(
     crate::inner::write_with_retry("ack_many", || broker.ack_many(items)).await
 }
 
-/// Counts one ack's outcome: completed, or lost (the reaper owns the task now).
-fn record(queue: &QueueRt, id: &str, result: taskgate::Result<()>) {
+/// Counts one ack's outcome: completed, lost (the reaper owns the task now), or rejected (a
+/// result over the size limit: the task fails at once rather than rerunning forever).
+async fn record(inner: &Inner, queue: &QueueRt, item: &AckItem, result: taskgate::Result<()>) {
+    let id = item.id.as_str();
     match result {
         Ok(()) => queue.metrics.completed.increment(1),
         Err(e) if e.is(ErrorKind::LeaseLost) || e.is(ErrorKind::NotFound) => {
             queue.metrics.lease_lost.increment(1);
             tracing::warn!(task = id, "ack found the lease lost; the task runs again");
+        }
+        Err(e) if e.is(ErrorKind::InvalidInput) => {
+            crate::execute::reject(inner, queue, id, &item.token, "result", &e).await;
         }
         Err(e) => {
             tracing::error!(task = id, error = %chain_text(&e),

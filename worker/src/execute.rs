@@ -182,6 +182,9 @@ async fn save_step(inner: &Inner, q: &QueueRt, task: &Task, step: taskgate::Step
             q.metrics.canceled.increment(1);
             tracing::info!("cancel requested: the step was saved and the task cancelled");
         }
+        Err(e) if e.is(ErrorKind::InvalidInput) => {
+            reject(inner, q, &task.id, &task.lease_token, "step", &e).await;
+        }
         written => {
             if report(q, "save_step", &task.id, written) {
                 q.metrics.steps.increment(1);
@@ -189,6 +192,24 @@ async fn save_step(inner: &Inner, q: &QueueRt, task: &Task, step: taskgate::Step
         }
     }
     inner.finished();
+}
+
+/// A final write the broker refused as invalid (a result or checkpoint over the limits): the
+/// task fails at once with the reason, instead of running again after every lease expiry.
+pub(crate) async fn reject(
+    inner: &Inner,
+    q: &QueueRt,
+    id: &str,
+    token: &str,
+    what: &str,
+    e: &taskgate::Error,
+) {
+    let failure = Failure::skip(format!("{what} rejected: {e}"));
+    tracing::warn!(task = id, error = %failure.message, "failed");
+    let written = write_with_retry("fail", || inner.broker.fail(id, token, failure.clone())).await;
+    if report(q, "fail", id, written) {
+        q.metrics.failed.increment(1);
+    }
 }
 
 /// Classifies a handler error and writes the failure: skip first, then throttled, else a

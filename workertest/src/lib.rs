@@ -88,6 +88,7 @@ macro_rules! __with_scenarios {
             w40_panic_is_business_failure,
             w41_shutdown_idempotent,
             w42_config_errors,
+            w43_rejected_writes_fail,
         }
     };
 }

@@ -131,3 +131,29 @@ pub async fn w39_no_handler_skip(factory: &dyn Factory) -> CaseResult {
     rt.shutdown(Duration::from_secs(5)).await?;
     world.finish().await
 }
+
+/// A result over the payload limit, or a step with a delay over 60 s, is refused by the
+/// broker: the task fails at once with the reason instead of running again after each lease.
+pub async fn w43_rejected_writes_fail(factory: &dyn Factory) -> CaseResult {
+    let world = World::new(factory).await?;
+    let rt = world
+        .start(|b| {
+            b.max_payload_bytes(64)
+                .register(|_job: Echo, _ctx| async { Ok::<_, JobError>("x".repeat(1_000)) })
+                .register_steps(|_job: CountTo, _ctx| async {
+                    let step = Step { delay: Duration::from_secs(61), ..Step::default() };
+                    Ok::<_, JobError>(Stepped::<u32>::Step(step))
+                })
+        })
+        .await?;
+    let client = rt.client();
+    let big = client.submit(Echo { text: "big".into() }).await?;
+    let slow = client.submit(CountTo { to: 9 }).await?;
+    for (id, prefix) in [(big.as_str(), "result rejected: "), (slow.as_str(), "step rejected: ")] {
+        let t = task_until(&client, id, "failed", |t| t.status == Status::Failed).await?;
+        assert!(t.last_error.starts_with(prefix), "{}", t.last_error);
+        assert_eq!((t.attempts, t.lease_lost), (0, 0));
+    }
+    rt.shutdown(Duration::from_secs(5)).await?;
+    world.finish().await
+}
