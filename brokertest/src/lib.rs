@@ -19,6 +19,7 @@
 //! result, and the notify case's 10 ms polling.
 
 pub mod cases;
+mod deadline;
 mod harness;
 pub mod model;
 mod report;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use taskgate::{BoxError, BoxFuture, Broker};
 
+pub use deadline::{within, TEST_LIMIT, WAIT_LIMIT};
 pub use harness::{spawn_dequeue_on, task, Harness, Waiter, REAL_WINDOW, SAFETY_TIMEOUT};
 pub use report::{
     case_names, require_db, run_all, run_case_test, run_matching, CaseReport, Outcome, CASE_TIMEOUT,
