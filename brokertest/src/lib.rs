@@ -17,6 +17,12 @@
 //! starting at 2026-01-01T00:00:00Z; time only moves when the case advances it. The only real
 //! waits are the 100 ms "still blocked" window, the 5 s safety timeout on every expected
 //! result, and the notify case's 10 ms polling.
+//!
+//! Nothing waits without a deadline: a case ends as failed after [`CASE_TIMEOUT`]; waits that
+//! are not one expected result (joining a claim loop, opening or removing storage, closing a
+//! handle) get [`WAIT_LIMIT`] through [`within`], which fails naming what it waited for;
+//! backend-specific tests bound their whole body with [`TEST_LIMIT`]. The model test and the
+//! history checker bound every call, round and run (see [`model`]).
 
 pub mod cases;
 mod deadline;

@@ -74,7 +74,13 @@
 //! sequence, so a shrunk failure becomes a regression test ([`regressions`] holds the ones
 //! found so far; [`check_regressions`] replays them all). The case count comes from
 //! `TASKGATE_MODEL_CASES` when set; `TASKGATE_MODEL_STATS=1` prints how often each kind of
-//! step ended how.
+//! step ended how. The seed is printed when the run starts and again in every failure report.
+//!
+//! Deadlines: every backend call of a step has 30 s, setup and teardown of a case
+//! [`WAIT_LIMIT`](crate::WAIT_LIMIT) each, and a divergence names the step and the call that
+//! hung. The whole run has 10 min plus 10 s per case plus the shrink limit, watched by a thread
+//! that, past it, prints the case and step the run was at and ends the test process (it fires
+//! even when every runtime thread is blocked).
 //!
 //! # What it has caught
 //!
@@ -87,7 +93,7 @@
 //! # The history checker
 //!
 //! [`run_history_check`] drives several broker handles on one storage concurrently and checks
-//! the recorded history; see [`history`].
+//! the recorded history; see [`history`] (its calls, rounds and run are bounded the same way).
 
 mod call;
 mod cascade;

@@ -20,7 +20,8 @@ pub async fn storage(test: &str) -> Option<MySqlStorage> {
 
 /// Like [`storage`] with a custom factory (pool size).
 pub async fn storage_with(test: &str, factory: MySqlFactory) -> Option<MySqlStorage> {
-    match factory.mysql_storage().await {
+    let what = format!("mysql: {test}: new storage");
+    match brokertest::within(brokertest::WAIT_LIMIT, what, factory.mysql_storage()).await {
         Ok(s) => Some(s),
         Err(e) if e.downcast_ref::<Unavailable>().is_some() && !brokertest::require_db() => {
             eprintln!("\n*** SKIPPED mysql: {test}: {e} ***\n");
@@ -36,7 +37,7 @@ pub async fn handle(
     options: BrokerOptions,
 ) -> Result<Arc<MySqlBroker>, BoxError> {
     let broker = Arc::new(storage.mysql_handle()?);
-    broker.init(options).await?;
+    brokertest::within(brokertest::WAIT_LIMIT, "init", broker.init(options)).await?;
     Ok(broker)
 }
 

@@ -169,7 +169,10 @@ async fn replay_chains(
 
 /// The tails of `chains` (locked by the caller) that some execution replays by now: a replay
 /// committed since the chains were read makes its chain longer, so it may not go.
-async fn replayed_tails(tx: &mut Tx<'_>, chains: &[Vec<String>]) -> Result<HashSet<String>, TxFail> {
+async fn replayed_tails(
+    tx: &mut Tx<'_>,
+    chains: &[Vec<String>],
+) -> Result<HashSet<String>, TxFail> {
     let tails: Vec<&str> = chains.iter().filter_map(|c| c.last()).map(String::as_str).collect();
     let mut replayed = HashSet::new();
     for chunk in tails.chunks(500) {

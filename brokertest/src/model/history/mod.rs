@@ -19,6 +19,12 @@
 //! * Counts equal a re-aggregation of List;
 //! * no child was claimed before all its parents were acked, a completed child has completed
 //!   parents, and a child of a failed or cancelled parent is cancelled.
+//!
+//! Deadlines: a call not dropped on purpose has 30 s; the first that hangs is reported with its
+//! actor, call and task (`w2: Ack h05 did not answer within 30s`) and stops every actor, so
+//! the round ends at once. A round's actors have 180 s (an actor still running is named),
+//! opening, checking and closing [`WAIT_LIMIT`] per step, and the whole run a watchdog that
+//! names the round and phase.
 
 mod actors;
 mod record;
