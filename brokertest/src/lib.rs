@@ -28,6 +28,7 @@ pub mod cases;
 mod deadline;
 mod harness;
 pub mod model;
+pub mod races;
 mod report;
 
 use std::sync::Arc;

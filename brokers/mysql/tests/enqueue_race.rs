@@ -5,8 +5,7 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
-use std::time::Duration;
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 
 use taskgate::{BoxError, Broker, Status, Task};
 
@@ -30,10 +29,9 @@ async fn an_ack_waiting_for_the_parent_lock_sees_the_new_child() -> Result<(), B
             let token = parent.lease_token.clone();
             tokio::spawn(async move { b.ack("p", &token, None).await })
         };
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!acker.is_finished(), "the ack did not wait for the parent's row lock");
+        common::until_lock_wait(&storage, "the ack to wait for the parent's row lock").await;
         tx.commit().await?;
-        tokio::time::timeout(Duration::from_secs(5), acker).await???;
+        within(WAIT_LIMIT, "the ack of p", acker).await??;
 
         assert_eq!(b.get("p").await?.status, Status::Completed);
         let c = b.get("c").await?;

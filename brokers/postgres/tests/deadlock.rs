@@ -138,7 +138,8 @@ async fn a_deadlock_the_server_reports_is_retried_and_never_reaches_the_caller(
             };
             let name = b.application_name().to_owned();
             let waits =
-                common::eventually(Duration::from_secs(10), || lock_waiters(&s, &name)).await;
+                common::eventually(Duration::from_secs(10), || common::lock_waiters(&s, &name))
+                    .await;
             assert!(waits, "the enqueue never waited for pb");
             // Waiting for pa closes the cycle; the server aborts the enqueue's transaction (40P01),
             // which frees pa; the retry then waits for pb again until this transaction ends.
@@ -152,17 +153,4 @@ async fn a_deadlock_the_server_reports_is_retried_and_never_reaches_the_caller(
         },
     )
     .await
-}
-
-/// True when a session of `application_name` waits for a lock.
-async fn lock_waiters(s: &taskgate_postgres::testing::PgStorage, application_name: &str) -> bool {
-    let Ok(mut conn) = s.admin().await else { return false };
-    let n: Result<i64, _> = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
-         AND wait_event_type = 'Lock'",
-    )
-    .bind(application_name)
-    .fetch_one(&mut conn)
-    .await;
-    n.is_ok_and(|n| n > 0)
 }

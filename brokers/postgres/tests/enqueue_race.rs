@@ -8,16 +8,19 @@
 //!
 //! The same holds for a resume that re-arms a child's edge to a running parent while the
 //! parent's ack waits: the ack must wake the resumed child.
+//!
+//! The waiting call is released only once `pg_stat_activity` shows it waiting for a lock, so
+//! the race runs as planned however loaded the machine is.
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
-use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
+use brokertest::races::CommitHold;
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use taskgate::{Broker, Clock, Failure, ManualClock, PruneRequest, Status, Task};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ack_waiting_for_the_parent_lock_sees_the_new_child() -> Result<(), taskgate::BoxError> {
     within(TEST_LIMIT, "an_ack_waiting_for_the_parent_lock_sees_the_new_child", async move {
         let Some(s) = common::storage("enqueue/ack race").await else { return Ok(()) };
@@ -34,9 +37,9 @@ async fn an_ack_waiting_for_the_parent_lock_sees_the_new_child() -> Result<(), t
         assert_eq!(child.status, Status::Blocked);
 
         // The parent's ack now waits for that lock.
-        let acker = spawn_waiting_ack(&b, &parent.lease_token).await;
+        let acker = spawn_waiting_ack(&s, &b, &parent.lease_token).await;
         tx.commit().await?;
-        tokio::time::timeout(Duration::from_secs(5), acker).await???;
+        within(WAIT_LIMIT, "the ack of p", acker).await??;
 
         assert_eq!(b.get("p").await?.status, Status::Completed);
         let c = b.get("c").await?;
@@ -50,7 +53,7 @@ async fn an_ack_waiting_for_the_parent_lock_sees_the_new_child() -> Result<(), t
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_prune_waiting_for_the_parent_lock_keeps_a_parent_with_a_new_child(
 ) -> Result<(), taskgate::BoxError> {
     within(
@@ -78,10 +81,10 @@ async fn a_prune_waiting_for_the_parent_lock_keeps_a_parent_with_a_new_child(
                         .await
                 })
             };
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            assert!(!pruner.is_finished(), "the prune did not wait for the parent's row lock");
+            let what = "the prune to wait for the parent's row lock";
+            common::until_lock_wait(&s, b.application_name(), what).await;
             tx.commit().await?;
-            let pruned = tokio::time::timeout(Duration::from_secs(5), pruner).await???;
+            let pruned = within(WAIT_LIMIT, "the prune", pruner).await??;
 
             assert_eq!(pruned, 0, "the parent of a pending child was pruned");
             assert_eq!(b.get("p").await?.status, Status::Completed);
@@ -91,9 +94,9 @@ async fn a_prune_waiting_for_the_parent_lock_keeps_a_parent_with_a_new_child(
     .await
 }
 
-/// Spawns the ack of `p` with `token` and checks, 300 ms later, that it is still waiting for
-/// the parent's row lock.
+/// Spawns the ack of `p` with `token` and returns once it waits for the parent's row lock.
 async fn spawn_waiting_ack(
+    s: &taskgate_postgres::testing::PgStorage,
     b: &taskgate_postgres::PgBroker,
     token: &str,
 ) -> tokio::task::JoinHandle<taskgate::Result<()>> {
@@ -101,30 +104,11 @@ async fn spawn_waiting_ack(
         let (b, token) = (b.clone(), token.to_owned());
         tokio::spawn(async move { b.ack("p", &token, None).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!acker.is_finished(), "the ack did not wait for the parent's row lock");
+    common::until_lock_wait(s, b.application_name(), "the ack to wait for p's row lock").await;
     acker
 }
 
-/// Makes the next `op` transaction of `b` stop before its commit until `go` is sent; `entered`
-/// receives once it stopped (its row locks are then held).
-fn hold_before_commit(
-    b: &taskgate_postgres::PgBroker,
-    op: &'static str,
-) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
-    let (entered_tx, entered) = mpsc::channel();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let (entered_tx, go_rx) = (Mutex::new(entered_tx), Mutex::new(go_rx));
-    b.engine().set_before_commit_hook(Some(Arc::new(move |name: &str| {
-        if name == op {
-            let _ = entered_tx.lock().map(|t| t.send(()));
-            let _ = go_rx.lock().map(|r| r.recv_timeout(Duration::from_secs(10)));
-        }
-    })));
-    (entered, go)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ack_waiting_for_a_resume_wakes_the_resumed_child() -> Result<(), taskgate::BoxError> {
     within(TEST_LIMIT, "an_ack_waiting_for_a_resume_wakes_the_resumed_child", async move {
         let Some(s) = common::storage("resume/ack race").await else { return Ok(()) };
@@ -139,19 +123,18 @@ async fn an_ack_waiting_for_a_resume_wakes_the_resumed_child() -> Result<(), tas
         let parent = b.dequeue(&["qp"]).await?;
 
         // Resuming c re-arms its edge to the running p, under p's row lock, and waits to commit.
-        let (entered, go) = hold_before_commit(&b, "resume");
+        let mut held = CommitHold::arm(|hook| b.engine().set_before_commit_hook(hook), "resume");
         let resumer = {
             let b = b.clone();
             tokio::spawn(async move { b.resume("c").await })
         };
-        tokio::task::spawn_blocking(move || entered.recv_timeout(Duration::from_secs(10)))
-            .await??;
+        held.entered().await;
         // p's ack now waits for that lock.
-        let acker = spawn_waiting_ack(&b, &parent.lease_token).await;
-        go.send(())?;
-        let resumed = tokio::time::timeout(Duration::from_secs(5), resumer).await???;
+        let acker = spawn_waiting_ack(&s, &b, &parent.lease_token).await;
+        held.release();
+        let resumed = within(WAIT_LIMIT, "the resume of c", resumer).await??;
         assert_eq!(resumed.status, Status::Blocked, "c waits for its running parent");
-        tokio::time::timeout(Duration::from_secs(5), acker).await???;
+        within(WAIT_LIMIT, "the ack of p", acker).await??;
         b.engine().set_before_commit_hook(None);
 
         assert_eq!(b.get("p").await?.status, Status::Completed);

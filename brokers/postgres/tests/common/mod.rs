@@ -101,6 +101,28 @@ where
     false
 }
 
+/// True when a session of `application_name` waits for a lock.
+pub async fn lock_waiters(s: &PgStorage, application_name: &str) -> bool {
+    let Ok(mut conn) = s.admin().await else { return false };
+    let n: Result<i64, _> = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+         AND wait_event_type = 'Lock'",
+    )
+    .bind(application_name)
+    .fetch_one(&mut conn)
+    .await;
+    n.is_ok_and(|n| n > 0)
+}
+
+/// Waits (up to [`WAIT_LIMIT`]) until a session of `application_name` waits for a lock;
+/// panics naming `what` otherwise. The deterministic signal that a racing call reached its
+/// lock wait (instead of a sleep that may be too short on a loaded machine).
+pub async fn until_lock_wait(s: &PgStorage, application_name: &str, what: &str) {
+    if !eventually(WAIT_LIMIT, || lock_waiters(s, application_name)).await {
+        panic!("{what}: no session of {application_name} waited for a lock within {WAIT_LIMIT:?}");
+    }
+}
+
 /// The median of some durations.
 pub fn median(mut d: Vec<Duration>) -> Duration {
     d.sort_unstable();
