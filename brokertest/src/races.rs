@@ -287,7 +287,6 @@ pub async fn ack_during_held_reap(rig: &dyn RaceRig) -> CaseResult {
     let token = claimed.lease_token.clone();
     let b_call = spawn(async move { b.ack("t", &token, Some(b"late".to_vec())).await });
     let seen = watch(&*pair, &b_call, "B's ack").await;
-    assert_ne!(seen, Seen::Finished, "B's ack returned while A held t: it never locked t");
     held.release();
     let reaped = joined(a_call, "A's reap").await?;
     let acked = joined(b_call, "B's ack").await;
@@ -297,6 +296,7 @@ pub async fn ack_during_held_reap(rig: &dyn RaceRig) -> CaseResult {
     let t = pair.a().get("t").await?;
     let got = (t.status, t.lease_lost, t.lease_token.as_str(), t.result.as_deref());
     assert_eq!(got, (Status::Pending, 1, "", None), "t after the reap: an ack completed it");
+    assert_ne!(seen, Seen::Finished, "B's ack returned while A held t: it never locked t");
     pair.finish().await
 }
 
@@ -311,41 +311,45 @@ pub async fn identity_race(rig: &dyn RaceRig) -> CaseResult {
     let pair = rig.open(options(&clock)).await?;
     let first = Task::new("job", "race").with_id("first").with_business_key("k");
     let second = Task::new("job", "race").with_id("second").with_business_key("k");
-    let loser = enqueue_race(&*pair, first, second).await;
+    let (loser, seen) = enqueue_race(&*pair, first, second).await;
+    let filter = taskgate::Filter { business_key: "k".into(), ..taskgate::Filter::default() };
+    let keyed: Vec<String> = pair.a().list(&filter).await?.into_iter().map(|t| t.id).collect();
+    assert_eq!(keyed, ["first"], "the executions of key k");
     match loser {
         Err(Error::TaskExists { existing: Some(e), .. }) => {
             assert_eq!((e.business_key.as_str(), e.execution_id.as_str()), ("k", "first"));
         }
-        other => {
-            panic!("B's enqueue with A's key: expected TaskExists naming first, got {other:?}")
-        }
+        other => panic!("B's enqueue with key k: expected TaskExists naming first, got {other:?}"),
     }
-    let filter = taskgate::Filter { business_key: "k".into(), ..taskgate::Filter::default() };
-    let keyed: Vec<String> = pair.a().list(&filter).await?.into_iter().map(|t| t.id).collect();
-    assert_eq!(keyed, ["first"], "the executions of key k");
+    assert_ne!(seen, Seen::Finished, "B's enqueue with key k returned while A's was uncommitted");
 
     let one = Task::new("job", "race").with_id("same");
     let other = Task::new("job", "other").with_id("same");
-    let loser = enqueue_race(&*pair, one, other).await;
-    assert_eq!(loser.map_err(|e| e.kind()).err(), Some(ErrorKind::TaskExists), "B's same ID");
+    let (loser, seen) = enqueue_race(&*pair, one, other).await;
     assert_eq!(pair.a().get("same").await?.queue, "race", "A's task is the one stored");
+    assert_eq!(loser.map_err(|e| e.kind()).err(), Some(ErrorKind::TaskExists), "B's same ID");
+    assert_ne!(seen, Seen::Finished, "B's enqueue of A's ID returned while A's was uncommitted");
     pair.finish().await
 }
 
-/// Enqueues `first` on A (held before its commit), then `second` on B; returns B's result.
-async fn enqueue_race(pair: &dyn RacePair, first: Task, second: Task) -> taskgate::Result<Task> {
+/// Enqueues `first` on A (held before its commit), then `second` on B; returns B's result and
+/// what B did while A was held.
+async fn enqueue_race(
+    pair: &dyn RacePair,
+    first: Task,
+    second: Task,
+) -> (taskgate::Result<Task>, Seen) {
     let (a, b) = (pair.a(), pair.b());
     let mut held = hold_a(pair, "enqueue");
     let a_call = spawn(async move { a.enqueue(&first).await });
     held.entered().await;
     let b_call = spawn(async move { b.enqueue(&second).await });
     let seen = watch(pair, &b_call, "B's enqueue").await;
-    assert_ne!(seen, Seen::Finished, "B's enqueue returned while A's insert was uncommitted");
     held.release();
     let won = joined(a_call, "A's enqueue").await;
     pair.set_a_hook(None);
     assert!(won.is_ok(), "A's enqueue: {won:?}");
-    joined(b_call, "B's enqueue").await
+    (joined(b_call, "B's enqueue").await, seen)
 }
 
 /// Given a quota of one start per hour on key k and A's reserve held before its commit, when B
@@ -371,13 +375,13 @@ pub async fn quota_race(rig: &dyn RaceRig) -> CaseResult {
     held.entered().await;
     let b_call = spawn(async move { gb.reserve().await });
     let seen = watch(&*pair, &b_call, "B's reserve").await;
-    assert_ne!(seen, Seen::Finished, "B's reserve returned while A held the window's row");
     held.release();
     let a_got = joined(a_call, "A's reserve").await?;
     let b_got = joined(b_call, "B's reserve").await?;
     pair.set_a_hook(None);
     assert!(a_got.is_some(), "A's reserve of the one unit");
     assert!(b_got.is_none(), "B was admitted too: two starts in a window of one");
+    assert_ne!(seen, Seen::Finished, "B's reserve returned while A held the window's row");
     pair.finish().await
 }
 
