@@ -1,6 +1,6 @@
 //! What the contract suite does not cover for the memory backend: handles sharing one store,
-//! deep dependency chains converging without recursion, prunes larger than one batch, and
-//! waiting on the system clock when no clock is injected.
+//! deep dependency chains converging without recursion, prunes larger than one batch, waiting
+//! on the system clock when no clock is injected, and claims racing on two OS threads.
 
 use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::sync::Arc;
@@ -148,4 +148,67 @@ async fn without_an_injected_clock_delays_run_on_the_system_clock() -> TestResul
         Ok(())
     })
     .await
+}
+
+/// Tasks the two claim threads of [`claims_on_two_threads_never_share_a_task`] share.
+const RACED_TASKS: usize = 5_000;
+
+/// Two OS threads claim one task at a time from one store until the queue is empty: no task
+/// is claimed twice and none is lost.
+///
+/// The memory backend cannot hold a claim half-way (its claim is one critical section, so
+/// there is no half-way to hold), so this makes the race as likely as it can be instead: the
+/// two threads contend for the store's lock on every call, thousands of times. A claim that
+/// checks under the lock and sets under a second acquisition (a scratch break) fails it on
+/// every run; the contract's c03, c28 and c29 caught that break in 3 of 10 runs.
+#[test]
+fn claims_on_two_threads_never_share_a_task() -> TestResult {
+    let clock = ManualClock::at_contract_epoch();
+    let broker = Arc::new(MemoryBroker::new());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        ready(&broker, &clock).await?;
+        let tasks: Vec<Task> =
+            (0..RACED_TASKS).map(|i| Task::new("job", "q").with_id(format!("t{i:04}"))).collect();
+        broker.enqueue_many(&tasks).await.map(drop)
+    })?;
+    let start = Arc::new(std::sync::Barrier::new(2));
+    let (done, finished) = std::sync::mpsc::channel();
+    for k in 0..2 {
+        let (broker, start, done) = (broker.clone(), start.clone(), done.clone());
+        std::thread::spawn(move || {
+            let claimed = claim_until_empty(&broker, &start);
+            let _ = done.send((k, claimed));
+        });
+    }
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    for _ in 0..2 {
+        let (k, claimed) = finished
+            .recv_timeout(WAIT_LIMIT)
+            .unwrap_or_else(|_| panic!("a claim thread still running after {WAIT_LIMIT:?}"));
+        for id in claimed.map_err(|e| format!("claim thread {k}: {e}"))? {
+            *seen.entry(id).or_default() += 1;
+        }
+    }
+    let twice: Vec<&String> = seen.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).collect();
+    assert!(twice.is_empty(), "claimed by both threads: {twice:?}");
+    assert_eq!(seen.len(), RACED_TASKS, "every task claimed once");
+    Ok(())
+}
+
+/// One claim thread: waits for the other, then claims one task at a time until none is left.
+fn claim_until_empty(
+    broker: &MemoryBroker,
+    start: &std::sync::Barrier,
+) -> Result<Vec<String>, String> {
+    let rt = tokio::runtime::Builder::new_current_thread().build().map_err(|e| e.to_string())?;
+    start.wait();
+    let mut claimed = Vec::new();
+    loop {
+        match rt.block_on(broker.try_dequeue_many(&["q"], 1)) {
+            Ok(tasks) if tasks.is_empty() => return Ok(claimed),
+            Ok(tasks) => claimed.extend(tasks.into_iter().map(|t| t.id)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
