@@ -3,12 +3,12 @@
 //! the pipeline return samples. Memory and SQLite always; PostgreSQL / MySQL when their URLs
 //! are set.
 
-use brokertest::{within, TEST_LIMIT};
 use std::time::Duration;
 
 use benches::backend::{Backend, Bed, Env};
 use benches::drive::{self, Spec, Stop};
 use benches::{fill, pickup, produce, raw, Result};
+use brokertest::{within, TEST_LIMIT};
 use taskgate::Status;
 
 fn backends() -> Vec<Backend> {

@@ -13,6 +13,11 @@
 //! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
 //! same list in-process and reports per case; `taskgate check <url>` prints that report.
 //!
+//! The contract's race cases start many calls at once and catch a broken critical section when
+//! the scheduler interleaves them badly. A backend that can hold a write transaction at its
+//! commit also runs [`races`] ([`race_tests!`]), which force each race into its bad
+//! interleaving once; [`model`] holds the reference model and the history checker.
+//!
 //! Each case gets fresh, isolated storage from the factory and a [`ManualClock`](taskgate::ManualClock)
 //! starting at 2026-01-01T00:00:00Z; time only moves when the case advances it. The only real
 //! waits are the 100 ms "still blocked" window, the 5 s safety timeout on every expected

@@ -2,10 +2,10 @@
 //! deep dependency chains converging without recursion, prunes larger than one batch, waiting
 //! on the system clock when no clock is injected, and claims racing on two OS threads.
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::sync::Arc;
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use taskgate::{
     Broker, BrokerOptions, Clock, ErrorKind, Failure, ManualClock, PruneRequest, Status, Task,
     Timestamp,

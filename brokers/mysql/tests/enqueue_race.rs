@@ -2,11 +2,11 @@
 //! enqueued (in a transaction that holds its parent's row lock) while the parent's ack waits
 //! for that lock; once the ack gets the lock it must see the child's edge and wake the child.
 //! A child left `blocked` under a completed parent is the lost wake-up the contract forbids.
+//! The transaction commits only once `SHOW ENGINE INNODB STATUS` shows the ack waiting.
 
 mod common;
 
 use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
-
 use taskgate::{BoxError, Broker, Status, Task};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

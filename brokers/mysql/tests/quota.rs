@@ -5,9 +5,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use futures::future::join_all;
 use sqlx::Executor;
 use taskgate::{BoxError, Broker, BrokerOptions, QuotaConfig};

@@ -5,9 +5,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::sync::Arc;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use futures::future::join_all;
 use sqlx::{Executor, MySqlConnection, Row};
 use taskgate::{BoxError, Broker, BrokerOptions, Filter, Status, Task};

@@ -6,9 +6,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
 use std::collections::BTreeMap;
 
+use brokertest::{within, TEST_LIMIT};
 use sqlx::mysql::MySqlRow;
 use sqlx::{Column, Executor, MySqlConnection, Row, TypeInfo, ValueRef};
 use taskgate::{AckItem, BoxError, Broker, Task};

@@ -6,11 +6,11 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use futures::future::try_join_all;
 use taskgate::{BoxError, Broker, BrokerOptions, Failure, OnParentFailure, Status, Task};
 use taskgate_mysql::testing::{MySqlFactory, MySqlStorage};

@@ -4,9 +4,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use sqlx::Executor;
 use taskgate::{BoxError, Broker, Error, Task};
 

@@ -5,9 +5,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT};
 use sqlx::{Connection, Executor, PgConnection};
 use taskgate::ManualClock;
 use taskgate_postgres::PgDialect;

@@ -4,9 +4,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::time::{Duration, Instant};
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use taskgate::{Broker, ErrorKind, ManualClock, Status, Task};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,9 +6,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT};
 use sqlx::{Executor, PgConnection};
 use taskgate::{Broker, ManualClock, Task};
 use taskgate_sql::Value;

@@ -5,10 +5,10 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use taskgate::{Broker, Filter, ManualClock, Status, Task};
 use taskgate_postgres::PgBroker;
 

@@ -5,9 +5,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::time::{Duration, Instant};
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use sqlx::PgConnection;
 use taskgate::{Broker, BrokerOptions, QuotaConfig, Task, Timestamp};
 

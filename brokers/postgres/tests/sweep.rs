@@ -3,9 +3,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
 use std::time::{Duration, SystemTime};
 
+use brokertest::{within, TEST_LIMIT};
 use taskgate::{Broker, ManualClock};
 use taskgate_postgres::testing::{sweep, test_prefix_at};
 

@@ -5,9 +5,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
 use std::time::{Duration, Instant};
 
+use brokertest::{within, TEST_LIMIT};
 use taskgate::{Broker, ManualClock, Task};
 use taskgate_postgres::PgBroker;
 

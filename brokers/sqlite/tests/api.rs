@@ -3,9 +3,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use common::{query_texts, TempDb, TestResult};
 use sqlx::Connection;
 use taskgate::{Broker, BrokerOptions, ErrorKind, Task};

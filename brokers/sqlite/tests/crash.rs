@@ -5,10 +5,10 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::sync::Arc;
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use common::{manual_options, TempDb, TestResult};
 use taskgate::{Broker, Status, Task};
 

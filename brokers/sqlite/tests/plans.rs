@@ -4,9 +4,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
 use std::time::Instant;
 
+use brokertest::{within, TEST_LIMIT};
 use common::{manual_options, TempDb, TestResult};
 use sqlx::{Connection, Row};
 use taskgate::{AckItem, Broker, Task};

@@ -8,13 +8,13 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use common::{query_texts, TempDb, TestResult};
 use taskgate::{Broker, BrokerOptions, ErrorKind, QuotaConfig, Status, Task};
 use taskgate_sqlite::SqliteOptions;

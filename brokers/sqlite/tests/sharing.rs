@@ -3,11 +3,11 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use common::{manual_options, TempDb, TestResult};
 use taskgate::{Broker, BrokerOptions, QuotaConfig, Task};
 

@@ -4,9 +4,9 @@
 
 mod common;
 
-use brokertest::{within, TEST_LIMIT};
 use std::path::PathBuf;
 
+use brokertest::{within, TEST_LIMIT};
 use common::{manual_options, query_texts, TempDb, TestResult};
 use taskgate::{Broker, ErrorKind, ReplayRequest, Status, Task};
 use taskgate_sqlite::SqliteOptions;
