@@ -8,6 +8,7 @@ use std::time::Duration;
 use benches::backend::{Backend, Bed, Env};
 use benches::drive::{self, Spec, Stop};
 use benches::{fill, pickup, produce, raw, Result};
+use brokertest::{within, TEST_LIMIT};
 use taskgate::Status;
 
 fn backends() -> Vec<Backend> {
@@ -31,73 +32,86 @@ async fn ready(bed: &Bed, spec: Spec) -> Result<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_completes_exactly_the_backlog() -> Result<()> {
-    let spec = Spec { queues: 8, claimers: 4, batch: 10 };
-    for backend in backends() {
-        for use_raw in [false, backend.is_sql()] {
-            let bed = Bed::open(&Env::from_env(), backend, 4).await?;
-            let per_lane = drive::split(spec, 503);
-            drive::fill_lanes(&bed, &per_lane).await?;
-            assert_eq!(ready(&bed, spec).await?, 503, "{backend}: backlog filled");
-            let stop = Stop::Drained(Duration::from_secs(60));
-            let out = if use_raw {
-                raw::raw_run(&bed, spec, &per_lane, stop).await?
-            } else {
-                drive::broker_run(&bed, spec, &per_lane, stop).await?
-            };
-            assert_eq!(out.jobs, 503, "{backend} raw={use_raw}: jobs");
-            assert_eq!(ready(&bed, spec).await?, 0, "{backend} raw={use_raw}: nothing left");
-            assert_eq!(completed(&bed).await?, 503, "{backend} raw={use_raw}: all completed");
-            bed.close().await?;
+    within(TEST_LIMIT, "a_drain_completes_exactly_the_backlog", async move {
+        let spec = Spec { queues: 8, claimers: 4, batch: 10 };
+        for backend in backends() {
+            for use_raw in [false, backend.is_sql()] {
+                let bed = Bed::open(&Env::from_env(), backend, 4).await?;
+                let per_lane = drive::split(spec, 503);
+                drive::fill_lanes(&bed, &per_lane).await?;
+                assert_eq!(ready(&bed, spec).await?, 503, "{backend}: backlog filled");
+                let stop = Stop::Drained(Duration::from_secs(60));
+                let out = if use_raw {
+                    raw::raw_run(&bed, spec, &per_lane, stop).await?
+                } else {
+                    drive::broker_run(&bed, spec, &per_lane, stop).await?
+                };
+                assert_eq!(out.jobs, 503, "{backend} raw={use_raw}: jobs");
+                assert_eq!(ready(&bed, spec).await?, 0, "{backend} raw={use_raw}: nothing left");
+                assert_eq!(completed(&bed).await?, 503, "{backend} raw={use_raw}: all completed");
+                bed.close().await?;
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_run_stops_on_time_with_backlog_left() -> Result<()> {
-    let bed = Bed::open(&Env::from_env(), Backend::Sqlite, 2).await?;
-    let spec = Spec { queues: 1, claimers: 2, batch: 1 };
-    let per_lane = drive::split(spec, 100_000);
-    drive::fill_lanes(&bed, &per_lane).await?;
-    let out = drive::broker_run(&bed, spec, &per_lane, Stop::Deadline(Duration::from_millis(300)))
-        .await?;
-    assert!(!out.exhausted);
-    assert!(out.jobs > 0 && out.jobs < 100_000, "{out:?}");
-    assert!(out.elapsed <= Duration::from_millis(400), "{out:?}");
-    bed.close().await
+    within(TEST_LIMIT, "a_deadline_run_stops_on_time_with_backlog_left", async move {
+        let bed = Bed::open(&Env::from_env(), Backend::Sqlite, 2).await?;
+        let spec = Spec { queues: 1, claimers: 2, batch: 1 };
+        let per_lane = drive::split(spec, 100_000);
+        drive::fill_lanes(&bed, &per_lane).await?;
+        let out =
+            drive::broker_run(&bed, spec, &per_lane, Stop::Deadline(Duration::from_millis(300)))
+                .await?;
+        assert!(!out.exhausted);
+        assert!(out.jobs > 0 && out.jobs < 100_000, "{out:?}");
+        assert!(out.elapsed <= Duration::from_millis(400), "{out:?}");
+        bed.close().await
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_rows_are_finished_and_never_claimable() -> Result<()> {
-    for backend in backends().into_iter().filter(|b| b.is_sql()) {
-        let bed = Bed::open(&Env::from_env(), backend, 1).await?;
-        fill::finished(&bed, 1_234).await?;
-        fill::refresh_statistics(&bed).await?;
-        assert_eq!(completed(&bed).await?, 1_234, "{backend}");
-        let template = bed.broker.try_dequeue(&["retained"]).await?;
-        assert!(template.is_some(), "{backend}: the template is the one ready task");
-        assert!(bed.broker.try_dequeue(&["retained"]).await?.is_none(), "{backend}");
-        bed.close().await?;
-    }
-    Ok(())
+    within(TEST_LIMIT, "seeded_rows_are_finished_and_never_claimable", async move {
+        for backend in backends().into_iter().filter(|b| b.is_sql()) {
+            let bed = Bed::open(&Env::from_env(), backend, 1).await?;
+            fill::finished(&bed, 1_234).await?;
+            fill::refresh_statistics(&bed).await?;
+            assert_eq!(completed(&bed).await?, 1_234, "{backend}");
+            let template = bed.broker.try_dequeue(&["retained"]).await?;
+            assert!(template.is_some(), "{backend}: the template is the one ready task");
+            assert!(bed.broker.try_dequeue(&["retained"]).await?.is_none(), "{backend}");
+            bed.close().await?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pickups_and_the_pipeline_report_real_work() -> Result<()> {
-    for backend in [Backend::Memory, Backend::Sqlite] {
-        let bed = Bed::open(&Env::from_env(), backend, 4).await?;
-        let second = bed.second_handle().await?;
-        let samples =
-            pickup::pickups(bed.broker.clone(), second.clone(), 5, Duration::from_millis(5))
-                .await?;
-        assert_eq!(samples.len(), 5);
-        assert!(samples.iter().all(|d| *d < pickup::SAMPLE_TIMEOUT));
-        let out = produce::pipeline(&bed.broker, 2, 4, 100, Duration::from_millis(500)).await?;
-        eprintln!("{backend}: pipeline {} jobs in {:?}", out.jobs, out.elapsed);
-        assert!(out.jobs >= 100, "{backend}: {out:?}");
-        assert_eq!(completed(&bed).await?, 5 + out.jobs, "{backend}");
-        second.close().await?;
-        bed.close().await?;
-    }
-    Ok(())
+    within(TEST_LIMIT, "pickups_and_the_pipeline_report_real_work", async move {
+        for backend in [Backend::Memory, Backend::Sqlite] {
+            let bed = Bed::open(&Env::from_env(), backend, 4).await?;
+            let second = bed.second_handle().await?;
+            let samples =
+                pickup::pickups(bed.broker.clone(), second.clone(), 5, Duration::from_millis(5))
+                    .await?;
+            assert_eq!(samples.len(), 5);
+            assert!(samples.iter().all(|d| *d < pickup::SAMPLE_TIMEOUT));
+            let out = produce::pipeline(&bed.broker, 2, 4, 100, Duration::from_millis(500)).await?;
+            eprintln!("{backend}: pipeline {} jobs in {:?}", out.jobs, out.elapsed);
+            assert!(out.jobs >= 100, "{backend}: {out:?}");
+            assert_eq!(completed(&bed).await?, 5 + out.jobs, "{backend}");
+            second.close().await?;
+            bed.close().await?;
+        }
+        Ok(())
+    })
+    .await
 }

@@ -9,7 +9,7 @@ use taskgate::{
 };
 use tokio::task::JoinHandle;
 
-use crate::{Factory, Storage};
+use crate::{within, Factory, Storage, WAIT_LIMIT};
 
 /// The real-time window in which a waiter must *not* return to count as "still blocked".
 pub const REAL_WINDOW: Duration = Duration::from_millis(100);
@@ -56,9 +56,10 @@ impl Harness {
             ..BrokerOptions::default()
         };
         tune(&mut options);
-        let storage = factory.storage().await?;
-        let broker = storage.handle().await?;
-        broker.init(options.clone()).await?;
+        let name = factory.name();
+        let storage = within(WAIT_LIMIT, format!("{name}: new storage"), factory.storage()).await?;
+        let broker = within(WAIT_LIMIT, format!("{name}: a handle"), storage.handle()).await?;
+        within(WAIT_LIMIT, format!("{name}: init"), broker.init(options.clone())).await?;
         let handles = Mutex::new(vec![broker.clone()]);
         Ok(Harness { broker, clock, storage, options, handles })
     }
@@ -71,13 +72,13 @@ impl Harness {
     /// A second, initialised handle on the same storage (same options, same clock).
     pub async fn second_handle(&self) -> Result<Arc<dyn Broker>, BoxError> {
         let handle = self.raw_handle().await?;
-        handle.init(self.options()).await?;
+        within(WAIT_LIMIT, "init of another handle", handle.init(self.options())).await?;
         Ok(handle)
     }
 
     /// A handle on the same storage that has not been initialised.
     pub async fn raw_handle(&self) -> Result<Arc<dyn Broker>, BoxError> {
-        let handle = self.storage.handle().await?;
+        let handle = within(WAIT_LIMIT, "another handle", self.storage.handle()).await?;
         self.handles.lock().unwrap_or_else(|p| p.into_inner()).push(handle.clone());
         Ok(handle)
     }
@@ -178,10 +179,10 @@ impl Harness {
     /// Closes every handle and removes the storage. Call it at the end of every case.
     pub async fn finish(self) -> Result<(), BoxError> {
         let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()));
-        for handle in handles {
-            handle.close().await?;
+        for (k, handle) in handles.into_iter().enumerate() {
+            within(WAIT_LIMIT, format!("close of handle {k}"), handle.close()).await?;
         }
-        self.storage.cleanup().await
+        within(WAIT_LIMIT, "the storage's cleanup", self.storage.cleanup()).await
     }
 }
 

@@ -13,14 +13,27 @@
 //! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
 //! same list in-process and reports per case; `taskgate check <url>` prints that report.
 //!
+//! The contract's race cases start many calls at once and catch a broken critical section when
+//! the scheduler interleaves them badly. A backend that can hold a write transaction at its
+//! commit also runs [`races`] ([`race_tests!`]), which force each race into its bad
+//! interleaving once; [`model`] holds the reference model and the history checker.
+//!
 //! Each case gets fresh, isolated storage from the factory and a [`ManualClock`](taskgate::ManualClock)
 //! starting at 2026-01-01T00:00:00Z; time only moves when the case advances it. The only real
 //! waits are the 100 ms "still blocked" window, the 5 s safety timeout on every expected
 //! result, and the notify case's 10 ms polling.
+//!
+//! Nothing waits without a deadline: a case ends as failed after [`CASE_TIMEOUT`]; waits that
+//! are not one expected result (joining a claim loop, opening or removing storage, closing a
+//! handle) get [`WAIT_LIMIT`] through [`within`], which fails naming what it waited for;
+//! backend-specific tests bound their whole body with [`TEST_LIMIT`]. The model test and the
+//! history checker bound every call, round and run (see [`model`]).
 
 pub mod cases;
+mod deadline;
 mod harness;
 pub mod model;
+pub mod races;
 mod report;
 
 use std::sync::Arc;
@@ -28,6 +41,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use taskgate::{BoxError, BoxFuture, Broker};
 
+pub use deadline::{within, TEST_LIMIT, WAIT_LIMIT};
 pub use harness::{spawn_dequeue_on, task, Harness, Waiter, REAL_WINDOW, SAFETY_TIMEOUT};
 pub use report::{
     case_names, require_db, run_all, run_case_test, run_matching, CaseReport, Outcome, CASE_TIMEOUT,

@@ -60,8 +60,15 @@ async fn run_one(name: &str, factory: Arc<dyn Factory>) -> Outcome {
         return Outcome::Failed(format!("no case named {name}"));
     };
     let handle = tokio::spawn((case.run)(factory));
+    let abort = handle.abort_handle();
     match tokio::time::timeout(CASE_TIMEOUT, handle).await {
-        Err(_) => Outcome::Failed(format!("timed out after {CASE_TIMEOUT:?}")),
+        Err(_) => Outcome::Failed({
+            abort.abort();
+            format!(
+                "still running after {CASE_TIMEOUT:?}: a call without a deadline of its own hung \
+             (every harness wait has one)"
+            )
+        }),
         Ok(Ok(Ok(()))) => Outcome::Passed,
         Ok(Ok(Err(e))) => match e.downcast_ref::<Unavailable>() {
             Some(u) => Outcome::Skipped(u.0.clone()),

@@ -1,6 +1,8 @@
 //! Retention (§E16, decisions.md "Retention"): delete old finished tasks that nothing live
-//! depends on; keyed chains only when asked and then whole; at most 1,000 per critical section.
+//! depends on; key-less replay chains whole; keyed chains only when asked and then whole; at
+//! most 1,000 per critical section.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use taskgate::{Status, Timestamp};
@@ -13,11 +15,12 @@ pub(crate) const PRUNE_BATCH: usize = 1_000;
 /// The units still to look at, oldest first.
 pub(crate) type Units = std::iter::Peekable<std::vec::IntoIter<Unit>>;
 
-/// What goes together: one key-less task, or a key's whole chain.
+/// What goes together: a key-less replay chain, or a key's whole chain.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Unit {
-    /// A task without a business key.
-    Task(Arc<str>),
+    /// A task without a business key and the executions replaying it, in chain order (most
+    /// often the task alone).
+    Replays(Vec<Arc<str>>),
     /// Every execution of a business key.
     Chain(String),
 }
@@ -36,13 +39,26 @@ impl State {
     /// Every unit that qualifies now, oldest finish first.
     pub(crate) fn prune_units(&self, rules: &Rules) -> Vec<Unit> {
         let mut units: Vec<(Timestamp, Unit)> = Vec::new();
+        let replayed_by: HashMap<&str, &Arc<str>> = self
+            .tasks
+            .values()
+            .filter(|e| e.task.business_key.is_empty() && !e.task.replay_of.is_empty())
+            .map(|e| (e.task.replay_of.as_str(), &e.key))
+            .collect();
         for entry in self.tasks.values() {
-            let key = &entry.task.business_key;
-            if key.is_empty() && self.prunable(entry, rules) {
-                units.push((
-                    entry.task.finished_at.unwrap_or_default(),
-                    Unit::Task(entry.key.clone()),
-                ));
+            let t = &entry.task;
+            // A chain starts at a task that replays no stored key-less task.
+            let replays_stored = (self.tasks.get(t.replay_of.as_str()))
+                .is_some_and(|target| target.task.business_key.is_empty());
+            if !t.business_key.is_empty() || replays_stored {
+                continue;
+            }
+            let mut chain = vec![entry.key.clone()];
+            while let Some(next) = chain.last().and_then(|last| replayed_by.get(&**last)) {
+                chain.push(Arc::clone(next));
+            }
+            if let Some(finished) = self.chain_prunable(&chain, rules) {
+                units.push((finished, Unit::Replays(chain)));
             }
         }
         if rules.include_keyed {
@@ -59,9 +75,13 @@ impl State {
     /// How many tasks `unit` would delete now; `None` when it no longer qualifies.
     fn unit_size(&self, unit: &Unit, rules: &Rules) -> Option<usize> {
         match unit {
-            Unit::Task(id) => {
-                let entry = self.tasks.get(id)?;
-                (entry.task.business_key.is_empty() && self.prunable(entry, rules)).then_some(1)
+            Unit::Replays(chain) => {
+                // Still whole: nobody replayed the tail meanwhile.
+                let tail = chain.last()?;
+                if self.replayed.contains(tail) {
+                    return None;
+                }
+                self.chain_prunable(chain, rules).map(|_| chain.len())
             }
             Unit::Chain(key) => {
                 let chain = self.chains.get(key)?;
@@ -73,7 +93,7 @@ impl State {
     /// Deletes every task of `unit` (checked by [`State::unit_size`] first).
     fn delete_unit(&mut self, unit: &Unit) {
         let ids = match unit {
-            Unit::Task(id) => vec![id.clone()],
+            Unit::Replays(chain) => chain.clone(),
             Unit::Chain(key) => self.chains.remove(key).unwrap_or_default(),
         };
         ids.iter().for_each(|id| self.delete(id));
@@ -128,9 +148,8 @@ impl State {
         let Some(entry) = self.tasks.remove(id) else { return };
         self.created.remove(&(entry.task.created_at.as_millis(), entry.key.clone()));
         self.index.remove(&entry.key, &entry.task);
-        // "Replayed" means a stored execution replays it (as in SQL, contract §1.1): when the
-        // replay goes, its target is free again; when the target goes, a stored replay still
-        // holds the marker (for a task that later reuses the ID).
+        // "Replayed" means a stored execution replays it (as in SQL, contract §1.1). Replay
+        // chains go whole, so the marker goes with the chain.
         if !entry.task.replay_of.is_empty() {
             self.replayed.remove(entry.task.replay_of.as_str());
         }

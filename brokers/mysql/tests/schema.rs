@@ -8,6 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use brokertest::{within, TEST_LIMIT};
 use sqlx::mysql::MySqlRow;
 use sqlx::{Column, Executor, MySqlConnection, Row, TypeInfo, ValueRef};
 use taskgate::{AckItem, BoxError, Broker, Task};
@@ -96,15 +97,18 @@ async fn schema_text(conn: &mut MySqlConnection, prefix: &str) -> Result<String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn applied_schema_matches_the_snapshot() -> Result<(), BoxError> {
-    let Some(storage) = common::storage("applied_schema_matches_the_snapshot").await else {
-        return Ok(());
-    };
-    let broker = common::handle(&storage, taskgate::BrokerOptions::default()).await?;
-    let mut conn = common::connect(&storage).await?;
-    let schema = schema_text(&mut conn, storage.prefix()).await?;
-    insta::assert_snapshot!("schema", schema);
-    broker.close().await?;
-    storage.drop_tables().await
+    within(TEST_LIMIT, "applied_schema_matches_the_snapshot", async move {
+        let Some(storage) = common::storage("applied_schema_matches_the_snapshot").await else {
+            return Ok(());
+        };
+        let broker = common::handle(&storage, taskgate::BrokerOptions::default()).await?;
+        let mut conn = common::connect(&storage).await?;
+        let schema = schema_text(&mut conn, storage.prefix()).await?;
+        insta::assert_snapshot!("schema", schema);
+        broker.close().await?;
+        storage.drop_tables().await
+    })
+    .await
 }
 
 const FINISHED: usize = 4_000;
@@ -184,85 +188,98 @@ fn allowed(name: &str, prefix: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_seek_indexes_that_exclude_finished_rows() -> Result<(), BoxError> {
-    let Some(storage) = common::storage("hot_statements_seek_indexes").await else { return Ok(()) };
-    let (options, clock) = common::manual_options();
-    let log = taskgate_sql::StatementLog::new();
-    let broker = storage.options()?.record_statements(log.clone()).connect_lazy()?;
-    broker.init(options).await?;
-    pile_up_finished(&broker).await?;
-    let live: Vec<Task> =
-        (0..20).map(|i| Task::new("job", "hot").with_id(format!("live{i:02}"))).collect();
-    broker.enqueue_many(&live).await?;
-    broker.enqueue(&Task::new("job", "hot").with_id("child").with_depends_on(["live00"])).await?;
-    let running = broker.dequeue(&["hot"]).await?;
-    broker.ack(&running.id, &running.lease_token, None).await?;
-    broker.reap_expired().await?;
-    let p = storage.prefix();
-    let mut conn = common::connect(&storage).await?;
-    for table in ["tasks", "task_deps", "paused_queues"] {
-        conn.execute(format!("ANALYZE TABLE {p}{table}").as_str()).await?;
-    }
-    let now = taskgate::Clock::now_ms(&clock);
-    let recorded = log.texts();
-    let mut report = String::new();
-    for hot in broker.hot_statements("hot", "live05", now) {
-        if ["claim", "next_due", "ack_lock", "reap", "children", "repair"].contains(&hot.name) {
-            assert!(
-                recorded.contains(&hot.sql),
-                "{}: the broker never ran this text:\n{}",
-                hot.name,
-                hot.sql
-            );
+    within(TEST_LIMIT, "hot_statements_seek_indexes_that_exclude_finished_rows", async move {
+        let Some(storage) = common::storage("hot_statements_seek_indexes").await else {
+            return Ok(());
+        };
+        let (options, clock) = common::manual_options();
+        let log = taskgate_sql::StatementLog::new();
+        let broker = storage.options()?.record_statements(log.clone()).connect_lazy()?;
+        broker.init(options).await?;
+        pile_up_finished(&broker).await?;
+        let live: Vec<Task> =
+            (0..20).map(|i| Task::new("job", "hot").with_id(format!("live{i:02}"))).collect();
+        broker.enqueue_many(&live).await?;
+        broker
+            .enqueue(&Task::new("job", "hot").with_id("child").with_depends_on(["live00"]))
+            .await?;
+        let running = broker.dequeue(&["hot"]).await?;
+        broker.ack(&running.id, &running.lease_token, None).await?;
+        broker.reap_expired().await?;
+        let p = storage.prefix();
+        let mut conn = common::connect(&storage).await?;
+        for table in ["tasks", "task_deps", "paused_queues"] {
+            conn.execute(format!("ANALYZE TABLE {p}{table}").as_str()).await?;
         }
-        let plan = bind(&format!("EXPLAIN {}", hot.sql), &hot.args).fetch_all(&mut conn).await?;
-        let allowed = allowed(hot.name, p);
-        let lines: Vec<String> = plan
-            .iter()
-            .map(|row| {
-                let (t, k, ty) = (text(row, "table"), text(row, "key"), text(row, "type"));
-                format!("{:<10} {t:<40} type={ty:<8} key={k:<45} {}", hot.name, text(row, "Extra"))
-            })
-            .collect();
-        let shown = lines.join("\n");
-        report.push_str(&shown);
-        report.push('\n');
-        for row in &plan {
-            let (table, key, extra) = (text(row, "table"), text(row, "key"), text(row, "Extra"));
-            let ours =
-                table.starts_with(p) && (table.ends_with("tasks") || table.ends_with("task_deps"));
-            if !(ours || table == "d") {
-                continue;
-            }
-            assert!(
-                allowed.contains(&key),
-                "{}: {table} uses {key:?}, expected one of {allowed:?}\n{shown}\n{}",
-                hot.name,
-                hot.sql
-            );
-            if hot.name == "claim" {
+        let now = taskgate::Clock::now_ms(&clock);
+        let recorded = log.texts();
+        let mut report = String::new();
+        for hot in broker.hot_statements("hot", "live05", now) {
+            if ["claim", "next_due", "ack_lock", "reap", "children", "repair"].contains(&hot.name) {
                 assert!(
-                    !extra.contains("filesort"),
-                    "claim sorts (and locks every ready row):\n{shown}"
+                    recorded.contains(&hot.sql),
+                    "{}: the broker never ran this text:\n{}",
+                    hot.name,
+                    hot.sql
                 );
             }
+            let plan =
+                bind(&format!("EXPLAIN {}", hot.sql), &hot.args).fetch_all(&mut conn).await?;
+            let allowed = allowed(hot.name, p);
+            let lines: Vec<String> = plan
+                .iter()
+                .map(|row| {
+                    let (t, k, ty) = (text(row, "table"), text(row, "key"), text(row, "type"));
+                    format!(
+                        "{:<10} {t:<40} type={ty:<8} key={k:<45} {}",
+                        hot.name,
+                        text(row, "Extra")
+                    )
+                })
+                .collect();
+            let shown = lines.join("\n");
+            report.push_str(&shown);
+            report.push('\n');
+            for row in &plan {
+                let (table, key, extra) =
+                    (text(row, "table"), text(row, "key"), text(row, "Extra"));
+                let ours = table.starts_with(p)
+                    && (table.ends_with("tasks") || table.ends_with("task_deps"));
+                if !(ours || table == "d") {
+                    continue;
+                }
+                assert!(
+                    allowed.contains(&key),
+                    "{}: {table} uses {key:?}, expected one of {allowed:?}\n{shown}\n{}",
+                    hot.name,
+                    hot.sql
+                );
+                if hot.name == "claim" {
+                    assert!(
+                        !extra.contains("filesort"),
+                        "claim sorts (and locks every ready row):\n{shown}"
+                    );
+                }
+            }
+            assert!(!plan.is_empty(), "{}: no plan", hot.name);
+            let touched = rows_touched(&mut conn, &hot.sql, &hot.args).await?;
+            report.push_str(&format!("{:<10} touched {touched} index/table rows\n", hot.name));
+            assert!(
+                touched < 300,
+                "{}: read {touched} rows with {FINISHED} finished rows stored",
+                hot.name
+            );
         }
-        assert!(!plan.is_empty(), "{}: no plan", hot.name);
-        let touched = rows_touched(&mut conn, &hot.sql, &hot.args).await?;
-        report.push_str(&format!("{:<10} touched {touched} index/table rows\n", hot.name));
-        assert!(
-            touched < 300,
-            "{}: read {touched} rows with {FINISHED} finished rows stored",
-            hot.name
-        );
-    }
-    eprintln!("{report}");
-    let columns: Vec<String> = bind("EXPLAIN SELECT 1", &[])
-        .fetch_all(&mut conn)
-        .await?
-        .first()
-        .map(|r| r.columns().iter().map(|c| c.name().to_owned()).collect())
-        .unwrap_or_default();
-    assert!(columns.iter().any(|c| c == "key"), "EXPLAIN has a key column: {columns:?}");
-    broker.close().await?;
-    storage.drop_tables().await
+        eprintln!("{report}");
+        let columns: Vec<String> = bind("EXPLAIN SELECT 1", &[])
+            .fetch_all(&mut conn)
+            .await?
+            .first()
+            .map(|r| r.columns().iter().map(|c| c.name().to_owned()).collect())
+            .unwrap_or_default();
+        assert!(columns.iter().any(|c| c == "key"), "EXPLAIN has a key column: {columns:?}");
+        broker.close().await?;
+        storage.drop_tables().await
+    })
+    .await
 }

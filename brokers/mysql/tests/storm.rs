@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use futures::future::try_join_all;
 use taskgate::{BoxError, Broker, BrokerOptions, Failure, OnParentFailure, Status, Task};
 use taskgate_mysql::testing::{MySqlFactory, MySqlStorage};
@@ -63,7 +64,9 @@ async fn storm_round(round: usize, h: &[Arc<MySqlBroker>]) -> Result<(), BoxErro
         }
         Ok::<(), taskgate::Error>(())
     };
-    let (a, b, c, d) = tokio::join!(fail1, fail2, reap(h[2].clone()), reap(h[3].clone()));
+    let storm = async { tokio::join!(fail1, fail2, reap(h[2].clone()), reap(h[3].clone())) };
+    let what = format!("round {round}: two fails and two reapers");
+    let (a, b, c, d) = within(WAIT_LIMIT, what, storm).await;
     a?;
     b?;
     c?;
@@ -80,20 +83,24 @@ async fn storm_round(round: usize, h: &[Arc<MySqlBroker>]) -> Result<(), BoxErro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_propagation_storm_leaks_no_error() -> Result<(), BoxError> {
-    let factory = MySqlFactory::from_env().with_pool_size(3);
-    let Some(storage) = common::storage_with("concurrent_propagation_storm", factory).await else {
-        return Ok(());
-    };
-    let h = handles(&storage, 4).await?;
-    for round in 0..20 {
-        storm_round(round, &h).await?;
-    }
-    eprintln!(
-        "propagation storm: 20 rounds, {} deadlock/lock-timeout retries absorbed",
-        retries(&h)
-    );
-    close_all(&h).await?;
-    storage.drop_tables().await
+    within(TEST_LIMIT, "concurrent_propagation_storm_leaks_no_error", async move {
+        let factory = MySqlFactory::from_env().with_pool_size(3);
+        let Some(storage) = common::storage_with("concurrent_propagation_storm", factory).await
+        else {
+            return Ok(());
+        };
+        let h = handles(&storage, 4).await?;
+        for round in 0..20 {
+            storm_round(round, &h).await?;
+        }
+        eprintln!(
+            "propagation storm: 20 rounds, {} deadlock/lock-timeout retries absorbed",
+            retries(&h)
+        );
+        close_all(&h).await?;
+        storage.drop_tables().await
+    })
+    .await
 }
 
 /// Shared state of the mixed load.
@@ -207,48 +214,51 @@ async fn completer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mixed_load_leaks_no_deadlock() -> Result<(), BoxError> {
-    let secs: u64 =
-        std::env::var("TASKGATE_STORM_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-    let factory = MySqlFactory::from_env().with_pool_size(2);
-    let Some(storage) = common::storage_with("mixed_load", factory).await else { return Ok(()) };
-    let h = handles(&storage, 12).await?;
-    let load = Arc::new(Load {
-        stop: AtomicBool::new(false),
-        recent: Mutex::new(Vec::new()),
-        inserted: AtomicU64::new(0),
-        completed: AtomicU64::new(0),
-        errors: Mutex::new(Vec::new()),
-    });
-    let (tx, rx) = mpsc::channel(64);
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let mut producers = Vec::new();
-    for i in 0..4 {
-        producers.push(tokio::spawn(inserter(i, h[i].clone(), load.clone())));
-        producers.push(tokio::spawn(claimer(i, h[4 + i].clone(), load.clone(), tx.clone())));
-    }
-    drop(tx);
-    let completers: Vec<_> = (0..4)
-        .map(|i| tokio::spawn(completer(i, h[8 + i].clone(), load.clone(), rx.clone())))
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    load.stop.store(true, Ordering::Relaxed);
-    try_join_all(producers).await?;
-    try_join_all(completers).await?;
-    let elapsed = started.elapsed().as_secs_f64();
-    let errors = load.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let (inserted, completed) =
-        (load.inserted.load(Ordering::Relaxed), load.completed.load(Ordering::Relaxed));
-    eprintln!(
-        "mixed load {elapsed:.1} s: {inserted} inserted, {completed} claimed and completed, {} retries absorbed, {} errors",
-        retries(&h),
-        errors.len()
-    );
-    assert!(errors.is_empty(), "errors reached callers: {:#?}", &errors[..errors.len().min(10)]);
-    assert!(inserted > 0 && completed > 0, "the load did nothing");
-    let counts = h[0].counts().await?;
-    let running: u64 = counts.values().filter_map(|by| by.get(&Status::Running)).sum();
-    assert_eq!(running, 0, "every claimed task was completed, failed or requeued");
-    close_all(&h).await?;
-    storage.drop_tables().await
+    within(TEST_LIMIT, "mixed_load_leaks_no_deadlock", async move {
+        let secs: u64 =
+            std::env::var("TASKGATE_STORM_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+        let factory = MySqlFactory::from_env().with_pool_size(2);
+        let Some(storage) = common::storage_with("mixed_load", factory).await else { return Ok(()) };
+        let h = handles(&storage, 12).await?;
+        let load = Arc::new(Load {
+            stop: AtomicBool::new(false),
+            recent: Mutex::new(Vec::new()),
+            inserted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            errors: Mutex::new(Vec::new()),
+        });
+        let (tx, rx) = mpsc::channel(64);
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let mut producers = Vec::new();
+        for i in 0..4 {
+            producers.push(tokio::spawn(inserter(i, h[i].clone(), load.clone())));
+            producers.push(tokio::spawn(claimer(i, h[4 + i].clone(), load.clone(), tx.clone())));
+        }
+        drop(tx);
+        let completers: Vec<_> = (0..4)
+            .map(|i| tokio::spawn(completer(i, h[8 + i].clone(), load.clone(), rx.clone())))
+            .collect();
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(secs)).await;
+        load.stop.store(true, Ordering::Relaxed);
+        within(WAIT_LIMIT, "the inserters and claimers to stop", try_join_all(producers)).await?;
+        within(WAIT_LIMIT, "the completers to stop", try_join_all(completers)).await?;
+        let elapsed = started.elapsed().as_secs_f64();
+        let errors = load.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let (inserted, completed) =
+            (load.inserted.load(Ordering::Relaxed), load.completed.load(Ordering::Relaxed));
+        eprintln!(
+            "mixed load {elapsed:.1} s: {inserted} inserted, {completed} claimed and completed, {} retries absorbed, {} errors",
+            retries(&h),
+            errors.len()
+        );
+        assert!(errors.is_empty(), "errors reached callers: {:#?}", &errors[..errors.len().min(10)]);
+        assert!(inserted > 0 && completed > 0, "the load did nothing");
+        let counts = h[0].counts().await?;
+        let running: u64 = counts.values().filter_map(|by| by.get(&Status::Running)).sum();
+        assert_eq!(running, 0, "every claimed task was completed, failed or requeued");
+        close_all(&h).await?;
+        storage.drop_tables().await
+    })
+    .await
 }

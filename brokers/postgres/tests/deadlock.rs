@@ -12,6 +12,7 @@ mod common;
 
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use sqlx::Executor;
 use taskgate::{Broker, Failure, ManualClock, OnParentFailure, Status, Task};
 
@@ -20,21 +21,24 @@ const CHILDREN: usize = 12;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_propagation_and_repair_never_deadlock() -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("deadlock storm").await else { return Ok(()) };
-    let clock = ManualClock::at_contract_epoch();
-    // Fast deadlock detection keeps the storm short; it changes latency, not outcomes.
-    let fast = |o: taskgate_postgres::PgOptions| {
-        o.pool_size(6).tune_connect(|c| c.options([("deadlock_timeout", "20ms")]))
-    };
-    let a = common::handle(&s, &clock, fast).await?;
-    let b = common::handle(&s, &clock, fast).await?;
-    for round in 0..ROUNDS {
-        storm_round(&a, &b, round).await?;
-    }
-    let retries = a.tx_retries() + b.tx_retries();
-    println!("deadlock storm: {ROUNDS} rounds, {retries} transaction retries absorbed");
-    assert_eq!(retries, 0, "repair and propagation lock in one order and never deadlock");
-    common::finish(s, &[&a, &b]).await
+    within(TEST_LIMIT, "concurrent_propagation_and_repair_never_deadlock", async move {
+        let Some(s) = common::storage("deadlock storm").await else { return Ok(()) };
+        let clock = ManualClock::at_contract_epoch();
+        // Fast deadlock detection keeps the storm short; it changes latency, not outcomes.
+        let fast = |o: taskgate_postgres::PgOptions| {
+            o.pool_size(6).tune_connect(|c| c.options([("deadlock_timeout", "20ms")]))
+        };
+        let a = common::handle(&s, &clock, fast).await?;
+        let b = common::handle(&s, &clock, fast).await?;
+        for round in 0..ROUNDS {
+            storm_round(&a, &b, round).await?;
+        }
+        let retries = a.tx_retries() + b.tx_retries();
+        println!("deadlock storm: {ROUNDS} rounds, {retries} transaction retries absorbed");
+        assert_eq!(retries, 0, "repair and propagation lock in one order and never deadlock");
+        common::finish(s, &[&a, &b]).await
+    })
+    .await
 }
 
 async fn storm_round(
@@ -68,7 +72,8 @@ async fn storm_round(
             Ok(())
         });
     }
-    while let Some(joined) = jobs.join_next().await {
+    let what = format!("round {round}: two fails and two reapers");
+    while let Some(joined) = within(WAIT_LIMIT, &what, jobs.join_next()).await {
         if let Err(e) = joined? {
             panic!("round {round}: an error reached a caller: {e}");
         }
@@ -104,51 +109,48 @@ async fn check_round(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadlock_the_server_reports_is_retried_and_never_reaches_the_caller(
 ) -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("deadlock retry").await else { return Ok(()) };
-    let clock = ManualClock::at_contract_epoch();
-    // A waiting session checks for a deadlock once, `deadlock_timeout` after it began to wait,
-    // and if it finds one it is the victim. The broker closes no cycle here but checks after
-    // 1 s; the plain transaction closes it and would check only after 10 s: the broker's
-    // transaction is the victim.
-    let b =
-        common::handle(&s, &clock, |o| o.tune_connect(|c| c.options([("deadlock_timeout", "1s")])))
+    within(
+        TEST_LIMIT,
+        "a_deadlock_the_server_reports_is_retried_and_never_reaches_the_caller",
+        async move {
+            let Some(s) = common::storage("deadlock retry").await else { return Ok(()) };
+            let clock = ManualClock::at_contract_epoch();
+            // A waiting session checks for a deadlock once, `deadlock_timeout` after it began to wait,
+            // and if it finds one it is the victim. The broker closes no cycle here but checks after
+            // 1 s; the plain transaction closes it and would check only after 10 s: the broker's
+            // transaction is the victim.
+            let b = common::handle(&s, &clock, |o| {
+                o.tune_connect(|c| c.options([("deadlock_timeout", "1s")]))
+            })
             .await?;
-    b.enqueue(&Task::new("job", "q").with_id("pa")).await?;
-    b.enqueue(&Task::new("job", "q").with_id("pb")).await?;
-    let mut other = s.admin().await?;
-    other.execute("SET deadlock_timeout = '10s'").await?;
-    other.execute("BEGIN").await?;
-    let tasks = format!("{}tasks", s.prefix());
-    other.execute(&*format!("SELECT 1 FROM {tasks} WHERE id = 'pb' FOR UPDATE")).await?;
-    // The enqueue locks pa, then waits for pb.
-    let child = Task::new("job", "q").with_id("c").with_depends_on(["pa", "pb"]);
-    let enqueuer = {
-        let b = b.clone();
-        tokio::spawn(async move { b.enqueue(&child).await })
-    };
-    let name = b.application_name().to_owned();
-    let waits = common::eventually(Duration::from_secs(10), || lock_waiters(&s, &name)).await;
-    assert!(waits, "the enqueue never waited for pb");
-    // Waiting for pa closes the cycle; the server aborts the enqueue's transaction (40P01),
-    // which frees pa; the retry then waits for pb again until this transaction ends.
-    other.execute(&*format!("SELECT 1 FROM {tasks} WHERE id = 'pa' FOR UPDATE")).await?;
-    assert!(!enqueuer.is_finished(), "the retried enqueue waits for pb");
-    other.execute("ROLLBACK").await?;
-    let stored = tokio::time::timeout(Duration::from_secs(10), enqueuer).await???;
-    assert_eq!(stored.status, Status::Blocked);
-    assert_eq!(b.tx_retries(), 1, "one deadlock, absorbed by one retry");
-    common::finish(s, &[&b]).await
-}
-
-/// True when a session of `application_name` waits for a lock.
-async fn lock_waiters(s: &taskgate_postgres::testing::PgStorage, application_name: &str) -> bool {
-    let Ok(mut conn) = s.admin().await else { return false };
-    let n: Result<i64, _> = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
-         AND wait_event_type = 'Lock'",
+            b.enqueue(&Task::new("job", "q").with_id("pa")).await?;
+            b.enqueue(&Task::new("job", "q").with_id("pb")).await?;
+            let mut other = s.admin().await?;
+            other.execute("SET deadlock_timeout = '10s'").await?;
+            other.execute("BEGIN").await?;
+            let tasks = format!("{}tasks", s.prefix());
+            other.execute(&*format!("SELECT 1 FROM {tasks} WHERE id = 'pb' FOR UPDATE")).await?;
+            // The enqueue locks pa, then waits for pb.
+            let child = Task::new("job", "q").with_id("c").with_depends_on(["pa", "pb"]);
+            let enqueuer = {
+                let b = b.clone();
+                tokio::spawn(async move { b.enqueue(&child).await })
+            };
+            let name = b.application_name().to_owned();
+            let waits =
+                common::eventually(Duration::from_secs(10), || common::lock_waiters(&s, &name))
+                    .await;
+            assert!(waits, "the enqueue never waited for pb");
+            // Waiting for pa closes the cycle; the server aborts the enqueue's transaction (40P01),
+            // which frees pa; the retry then waits for pb again until this transaction ends.
+            other.execute(&*format!("SELECT 1 FROM {tasks} WHERE id = 'pa' FOR UPDATE")).await?;
+            assert!(!enqueuer.is_finished(), "the retried enqueue waits for pb");
+            other.execute("ROLLBACK").await?;
+            let stored = within(WAIT_LIMIT, "the retried enqueue", enqueuer).await??;
+            assert_eq!(stored.status, Status::Blocked);
+            assert_eq!(b.tx_retries(), 1, "one deadlock, absorbed by one retry");
+            common::finish(s, &[&b]).await
+        },
     )
-    .bind(application_name)
-    .fetch_one(&mut conn)
-    .await;
-    n.is_ok_and(|n| n > 0)
+    .await
 }

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT};
 use sqlx::{Executor, PgConnection};
 use taskgate::{Broker, ManualClock, Task};
 use taskgate_sql::Value;
@@ -100,37 +101,40 @@ async fn workload(b: &taskgate_postgres::PgBroker, clock: &ManualClock) -> taskg
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_use_indexes_that_skip_finished_rows() -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("explain hot statements").await else { return Ok(()) };
-    let clock = ManualClock::at_contract_epoch();
-    let log = taskgate_sql::StatementLog::new();
-    let b = common::handle(&s, &clock, |o| o.record_statements(log.clone())).await?;
-    let mut conn = s.admin().await?;
-    seed_finished(&mut conn, s.prefix()).await?;
-    log.take();
-    workload(&b, &clock).await?;
-    let statements = log.take();
-    let tasks = format!("{}tasks", s.prefix());
-    for (name, marker, allowed) in CLASSES {
-        let seen: Vec<&(String, Vec<Value>)> =
-            statements.iter().filter(|(sql, _)| sql.contains(marker)).collect();
-        assert!(!seen.is_empty(), "the workload ran no {name} statement");
-        for (sql, args) in seen {
-            for generic in [false, true] {
-                let text = plan(&mut conn, sql, args, generic).await?;
-                let kind = if generic { "generic" } else { "custom" };
-                if std::env::var_os("SHOW_PLANS").is_some() {
-                    println!("== {name} ({kind})\n{text}");
+    within(TEST_LIMIT, "hot_statements_use_indexes_that_skip_finished_rows", async move {
+        let Some(s) = common::storage("explain hot statements").await else { return Ok(()) };
+        let clock = ManualClock::at_contract_epoch();
+        let log = taskgate_sql::StatementLog::new();
+        let b = common::handle(&s, &clock, |o| o.record_statements(log.clone())).await?;
+        let mut conn = s.admin().await?;
+        seed_finished(&mut conn, s.prefix()).await?;
+        log.take();
+        workload(&b, &clock).await?;
+        let statements = log.take();
+        let tasks = format!("{}tasks", s.prefix());
+        for (name, marker, allowed) in CLASSES {
+            let seen: Vec<&(String, Vec<Value>)> =
+                statements.iter().filter(|(sql, _)| sql.contains(marker)).collect();
+            assert!(!seen.is_empty(), "the workload ran no {name} statement");
+            for (sql, args) in seen {
+                for generic in [false, true] {
+                    let text = plan(&mut conn, sql, args, generic).await?;
+                    let kind = if generic { "generic" } else { "custom" };
+                    if std::env::var_os("SHOW_PLANS").is_some() {
+                        println!("== {name} ({kind})\n{text}");
+                    }
+                    assert!(
+                        !text.contains(&format!("Seq Scan on {tasks}")),
+                        "{name} ({kind}) scans every row:\n{sql}\n{text}"
+                    );
+                    assert!(
+                        allowed.iter().any(|i| text.contains(&format!("{}{i}", s.prefix()))),
+                        "{name} ({kind}) uses none of {allowed:?}:\n{sql}\n{text}"
+                    );
                 }
-                assert!(
-                    !text.contains(&format!("Seq Scan on {tasks}")),
-                    "{name} ({kind}) scans every row:\n{sql}\n{text}"
-                );
-                assert!(
-                    allowed.iter().any(|i| text.contains(&format!("{}{i}", s.prefix()))),
-                    "{name} ({kind}) uses none of {allowed:?}:\n{sql}\n{text}"
-                );
             }
         }
-    }
-    common::finish(s, &[&b]).await
+        common::finish(s, &[&b]).await
+    })
+    .await
 }

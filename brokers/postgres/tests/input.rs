@@ -4,6 +4,7 @@
 
 mod common;
 
+use brokertest::{within, TEST_LIMIT};
 use taskgate::{Broker, Error, ErrorKind, ManualClock, Task};
 use taskgate_postgres::{PgBroker, PgOptions};
 
@@ -19,80 +20,92 @@ fn field_of(e: &Error) -> Option<&'static str> {
 
 #[tokio::test]
 async fn malicious_prefixes_are_rejected_before_io() {
-    for prefix in ["x; DROP TABLE", "x; DROP TABLE tasks; --", "Tasks", "1x", "a-b", ""] {
-        let made = PgOptions::from_url(DEAD).map(|o| o.prefix(prefix));
-        let made = match made {
-            Ok(o) => o.connect().await.map(|_| ()),
-            Err(e) => Err(e),
-        };
-        let e = made.err();
-        assert_eq!(e.as_ref().and_then(field_of), Some("prefix"), "{prefix:?}: {e:?}");
-    }
-    let long = "p".repeat(31);
-    let e = PgBroker::connect_with(
-        PgOptions::from_url(DEAD)
-            .ok()
-            .unwrap_or_else(|| panic!("the dead URL parses"))
-            .prefix(long),
-    )
+    within(TEST_LIMIT, "malicious_prefixes_are_rejected_before_io", async move {
+        for prefix in ["x; DROP TABLE", "x; DROP TABLE tasks; --", "Tasks", "1x", "a-b", ""] {
+            let made = PgOptions::from_url(DEAD).map(|o| o.prefix(prefix));
+            let made = match made {
+                Ok(o) => o.connect().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            let e = made.err();
+            assert_eq!(e.as_ref().and_then(field_of), Some("prefix"), "{prefix:?}: {e:?}");
+        }
+        let long = "p".repeat(31);
+        let e = PgBroker::connect_with(
+            PgOptions::from_url(DEAD)
+                .ok()
+                .unwrap_or_else(|| panic!("the dead URL parses"))
+                .prefix(long),
+        )
+        .await
+        .err();
+        assert_eq!(e.as_ref().and_then(field_of), Some("prefix"));
+    })
     .await
-    .err();
-    assert_eq!(e.as_ref().and_then(field_of), Some("prefix"));
 }
 
 #[tokio::test]
 async fn bad_urls_are_typed_errors_naming_the_url() {
-    for url in ["mysql://root@localhost/test", "postgres://u:pw@host:notaport/db", "nonsense"] {
-        match PgBroker::connect(url).await.err() {
-            Some(Error::InvalidInput { field: "url", reason }) => {
-                assert!(!reason.contains("pw@"), "password leaked: {reason}");
-                assert!(reason.contains(&taskgate_postgres::redact(url)), "{reason}");
+    within(TEST_LIMIT, "bad_urls_are_typed_errors_naming_the_url", async move {
+        for url in ["mysql://root@localhost/test", "postgres://u:pw@host:notaport/db", "nonsense"] {
+            match PgBroker::connect(url).await.err() {
+                Some(Error::InvalidInput { field: "url", reason }) => {
+                    assert!(!reason.contains("pw@"), "password leaked: {reason}");
+                    assert!(reason.contains(&taskgate_postgres::redact(url)), "{reason}");
+                }
+                other => panic!("{url}: expected InvalidInput url, got {other:?}"),
             }
-            other => panic!("{url}: expected InvalidInput url, got {other:?}"),
         }
-    }
+    })
+    .await
 }
 
 #[tokio::test]
 async fn an_unreachable_server_fails_init_with_a_backend_error() {
-    let broker = PgOptions::from_url(DEAD)
-        .map(|o| o.acquire_timeout(std::time::Duration::from_secs(2)))
-        .ok()
-        .unwrap_or_else(|| panic!("the dead URL parses"));
-    let broker = match broker.connect().await {
-        Ok(b) => b,
-        Err(e) => panic!("connect does no I/O, so it succeeds: {e}"),
-    };
-    let e = broker.init(common::options(&ManualClock::at_contract_epoch())).await.err();
-    assert!(e.as_ref().is_some_and(|e| e.is(ErrorKind::Backend)), "{e:?}");
-    let e = broker.enqueue(&Task::new("job", "q")).await.err();
-    assert!(e.is_some_and(|e| e.is(ErrorKind::NotInitialized)));
+    within(TEST_LIMIT, "an_unreachable_server_fails_init_with_a_backend_error", async move {
+        let broker = PgOptions::from_url(DEAD)
+            .map(|o| o.acquire_timeout(std::time::Duration::from_secs(2)))
+            .ok()
+            .unwrap_or_else(|| panic!("the dead URL parses"));
+        let broker = match broker.connect().await {
+            Ok(b) => b,
+            Err(e) => panic!("connect does no I/O, so it succeeds: {e}"),
+        };
+        let e = broker.init(common::options(&ManualClock::at_contract_epoch())).await.err();
+        assert!(e.as_ref().is_some_and(|e| e.is(ErrorKind::Backend)), "{e:?}");
+        let e = broker.enqueue(&Task::new("job", "q")).await.err();
+        assert!(e.is_some_and(|e| e.is(ErrorKind::NotInitialized)));
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_tasks_fail_before_any_statement() -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("bad input").await else { return Ok(()) };
-    let clock = ManualClock::at_contract_epoch();
-    let b = common::handle(&s, &clock, |o| o).await?;
-    // From now on every statement fails: only checks made before any I/O can answer.
-    b.pool().close().await;
-    let valid = b.enqueue(&Task::new("job", "q")).await.err();
-    assert!(valid.is_some_and(|e| e.is(ErrorKind::Backend)), "the pool is closed");
-    let cases: Vec<(Task, &str)> = vec![
-        (Task::new("", "q"), "type"),
-        (Task::new("job", "q").with_id("i".repeat(256)), "id"),
-        (Task::new("job", "q\u{0}"), "queue"),
-        (Task::new("job", "q").with_payload(vec![0; 17 * 1024 * 1024]), "payload"),
-    ];
-    for (task, field) in cases {
-        let e = b.enqueue(&task).await.err();
-        assert_eq!(e.as_ref().and_then(field_of), Some(field), "{e:?}");
-    }
-    let e = b.get("").await.err();
-    assert_eq!(e.as_ref().and_then(field_of), Some("id"));
-    let e = b.dequeue_many(&[] as &[&str; 0], 1).await.err();
-    assert_eq!(e.as_ref().and_then(field_of), Some("queues"));
-    let e = b.ack(&"x".repeat(300), "tok", None).await.err();
-    assert_eq!(e.as_ref().and_then(field_of), Some("id"));
-    common::finish(s, &[&b]).await
+    within(TEST_LIMIT, "invalid_tasks_fail_before_any_statement", async move {
+        let Some(s) = common::storage("bad input").await else { return Ok(()) };
+        let clock = ManualClock::at_contract_epoch();
+        let b = common::handle(&s, &clock, |o| o).await?;
+        // From now on every statement fails: only checks made before any I/O can answer.
+        b.pool().close().await;
+        let valid = b.enqueue(&Task::new("job", "q")).await.err();
+        assert!(valid.is_some_and(|e| e.is(ErrorKind::Backend)), "the pool is closed");
+        let cases: Vec<(Task, &str)> = vec![
+            (Task::new("", "q"), "type"),
+            (Task::new("job", "q").with_id("i".repeat(256)), "id"),
+            (Task::new("job", "q\u{0}"), "queue"),
+            (Task::new("job", "q").with_payload(vec![0; 17 * 1024 * 1024]), "payload"),
+        ];
+        for (task, field) in cases {
+            let e = b.enqueue(&task).await.err();
+            assert_eq!(e.as_ref().and_then(field_of), Some(field), "{e:?}");
+        }
+        let e = b.get("").await.err();
+        assert_eq!(e.as_ref().and_then(field_of), Some("id"));
+        let e = b.dequeue_many(&[] as &[&str; 0], 1).await.err();
+        assert_eq!(e.as_ref().and_then(field_of), Some("queues"));
+        let e = b.ack(&"x".repeat(300), "tok", None).await.err();
+        assert_eq!(e.as_ref().and_then(field_of), Some("id"));
+        common::finish(s, &[&b]).await
+    })
+    .await
 }

@@ -8,6 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use taskgate::{Broker, Filter, ManualClock, Status, Task};
 use taskgate_postgres::PgBroker;
 
@@ -35,45 +36,51 @@ async fn drain(b: &PgBroker) -> Result<Vec<String>, taskgate::BoxError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_after_every_connection_was_killed_succeed() -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("connection loss").await else { return Ok(()) };
-    let clock = ManualClock::at_contract_epoch();
-    let b = common::handle(&s, &clock, |o| o.pool_size(4)).await?;
-    let app = b.application_name().to_owned();
-    enqueue_batch(&b, 0, 20).await?;
-    // Warm several pooled connections, and hold one claim across the kill.
-    let held = b.dequeue(&["q"]).await?;
-    let reads: Vec<_> = (0..8).map(|_| b.get("t000")).collect();
-    for r in futures::future::join_all(reads).await {
-        r?;
-    }
+    within(TEST_LIMIT, "calls_after_every_connection_was_killed_succeed", async move {
+        let Some(s) = common::storage("connection loss").await else { return Ok(()) };
+        let clock = ManualClock::at_contract_epoch();
+        let b = common::handle(&s, &clock, |o| o.pool_size(4)).await?;
+        let app = b.application_name().to_owned();
+        enqueue_batch(&b, 0, 20).await?;
+        // Warm several pooled connections, and hold one claim across the kill.
+        let held = b.dequeue(&["q"]).await?;
+        let reads: Vec<_> = (0..8).map(|_| b.get("t000")).collect();
+        for r in within(WAIT_LIMIT, "8 concurrent reads", futures::future::join_all(reads)).await {
+            r?;
+        }
 
-    let killed = common::terminate(&s, &app).await?;
-    println!("terminated {killed} sessions of {app}");
-    assert!(killed >= 2, "expected the pool and the listener to have sessions, killed {killed}");
-    tokio::time::sleep(Duration::from_millis(50)).await;
+        let killed = common::terminate(&s, &app).await?;
+        println!("terminated {killed} sessions of {app}");
+        assert!(
+            killed >= 2,
+            "expected the pool and the listener to have sessions, killed {killed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
 
-    // Every kind of call works at once: a read, a write on a held lease, enqueue, claims.
-    assert_eq!(b.get("t005").await?.status, Status::Pending);
-    b.ack(&held.id, &held.lease_token, None).await?;
-    enqueue_batch(&b, 20, 30).await?;
-    let mut seen = vec![held.id.clone()];
-    seen.extend(drain_half(&b).await?);
+        // Every kind of call works at once: a read, a write on a held lease, enqueue, claims.
+        assert_eq!(b.get("t005").await?.status, Status::Pending);
+        b.ack(&held.id, &held.lease_token, None).await?;
+        enqueue_batch(&b, 20, 30).await?;
+        let mut seen = vec![held.id.clone()];
+        seen.extend(drain_half(&b).await?);
 
-    common::terminate(&s, &app).await?;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    enqueue_batch(&b, 30, 40).await?;
-    seen.extend(drain(&b).await?);
+        common::terminate(&s, &app).await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        enqueue_batch(&b, 30, 40).await?;
+        seen.extend(drain(&b).await?);
 
-    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for id in &seen {
-        *counts.entry(id.clone()).or_default() += 1;
-    }
-    assert_eq!(counts.len(), 40, "every task claimed once: {counts:?}");
-    assert!(counts.values().all(|n| *n == 1), "a task was claimed twice: {counts:?}");
-    let all = b.list(&Filter::default()).await?;
-    assert_eq!(all.len(), 40);
-    assert!(all.iter().all(|t| t.status == Status::Completed), "{all:?}");
-    common::finish(s, &[&b]).await
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for id in &seen {
+            *counts.entry(id.clone()).or_default() += 1;
+        }
+        assert_eq!(counts.len(), 40, "every task claimed once: {counts:?}");
+        assert!(counts.values().all(|n| *n == 1), "a task was claimed twice: {counts:?}");
+        let all = b.list(&Filter::default()).await?;
+        assert_eq!(all.len(), 40);
+        assert!(all.iter().all(|t| t.status == Status::Completed), "{all:?}");
+        common::finish(s, &[&b]).await
+    })
+    .await
 }
 
 /// Claims and acks about half of what is ready.
@@ -90,18 +97,21 @@ async fn drain_half(b: &PgBroker) -> Result<Vec<String>, taskgate::BoxError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_claimer_survives_a_killed_connection() -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("connection loss while waiting").await else { return Ok(()) };
-    let clock = ManualClock::at_contract_epoch();
-    let b = common::handle(&s, &clock, |o| o.pool_size(2)).await?;
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move { b.dequeue(&["w"]).await })
-    };
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    common::terminate(&s, b.application_name()).await?;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    b.enqueue(&Task::new("job", "w").with_id("w1")).await?;
-    let got = tokio::time::timeout(Duration::from_secs(5), waiter).await??;
-    assert_eq!(got?.id, "w1");
-    common::finish(s, &[&b]).await
+    within(TEST_LIMIT, "a_waiting_claimer_survives_a_killed_connection", async move {
+        let Some(s) = common::storage("connection loss while waiting").await else { return Ok(()) };
+        let clock = ManualClock::at_contract_epoch();
+        let b = common::handle(&s, &clock, |o| o.pool_size(2)).await?;
+        let waiter = {
+            let b = b.clone();
+            tokio::spawn(async move { b.dequeue(&["w"]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        common::terminate(&s, b.application_name()).await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        b.enqueue(&Task::new("job", "w").with_id("w1")).await?;
+        let got = within(WAIT_LIMIT, "the waiter whose connection was killed", waiter).await?;
+        assert_eq!(got?.id, "w1");
+        common::finish(s, &[&b]).await
+    })
+    .await
 }

@@ -4,6 +4,7 @@
 
 mod common;
 
+use brokertest::{within, TEST_LIMIT};
 use sqlx::PgConnection;
 use taskgate::ManualClock;
 
@@ -44,19 +45,22 @@ async fn indexes(conn: &mut PgConnection, prefix: &str) -> Result<Vec<String>, s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn applied_schema_matches_the_snapshot() -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("schema snapshot").await else { return Ok(()) };
-    let b = common::handle(&s, &ManualClock::at_contract_epoch(), |o| o).await?;
-    let mut conn = s.admin().await?;
-    let mut text = String::from("-- columns\n");
-    for line in columns(&mut conn, s.prefix()).await? {
-        text.push_str(&line);
-        text.push('\n');
-    }
-    text.push_str("-- indexes\n");
-    for line in indexes(&mut conn, s.prefix()).await? {
-        text.push_str(&line);
-        text.push('\n');
-    }
-    insta::assert_snapshot!(text.replace(s.prefix(), "{prefix}"));
-    common::finish(s, &[&b]).await
+    within(TEST_LIMIT, "applied_schema_matches_the_snapshot", async move {
+        let Some(s) = common::storage("schema snapshot").await else { return Ok(()) };
+        let b = common::handle(&s, &ManualClock::at_contract_epoch(), |o| o).await?;
+        let mut conn = s.admin().await?;
+        let mut text = String::from("-- columns\n");
+        for line in columns(&mut conn, s.prefix()).await? {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text.push_str("-- indexes\n");
+        for line in indexes(&mut conn, s.prefix()).await? {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        insta::assert_snapshot!(text.replace(s.prefix(), "{prefix}"));
+        common::finish(s, &[&b]).await
+    })
+    .await
 }

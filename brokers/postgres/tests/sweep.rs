@@ -5,6 +5,7 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
+use brokertest::{within, TEST_LIMIT};
 use taskgate::{Broker, ManualClock};
 use taskgate_postgres::testing::{sweep, test_prefix_at};
 
@@ -23,23 +24,26 @@ async fn tables(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_drops_only_test_tables_older_than_an_hour() -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("stale table sweep").await else { return Ok(()) };
-    let clock = ManualClock::at_contract_epoch();
-    let old = test_prefix_at(SystemTime::now() - Duration::from_secs(2 * 3600));
-    let recent = test_prefix_at(SystemTime::now() - Duration::from_secs(10 * 60));
-    for prefix in [&old, &recent] {
-        let b = s.options()?.prefix(prefix.as_str()).connect().await?;
-        b.init(common::options(&clock)).await?;
-        b.close().await?;
-        assert_eq!(tables(&s, prefix).await?, 5, "{prefix} has its five tables");
-    }
-    let current = common::handle(&s, &clock, |o| o).await?;
-    let dropped = sweep(s.url()).await?;
-    assert!(dropped >= 1, "the two-hour-old set was dropped");
-    assert_eq!(tables(&s, &old).await?, 0, "stale tables survived");
-    assert_eq!(tables(&s, &recent).await?, 5, "a ten-minute-old set was dropped");
-    assert_eq!(tables(&s, s.prefix()).await?, 5, "the running case's tables were dropped");
-    let mut conn = s.admin().await?;
-    taskgate_postgres::testing::drop_tables(&mut conn, &recent).await?;
-    common::finish(s, &[&current]).await
+    within(TEST_LIMIT, "the_sweep_drops_only_test_tables_older_than_an_hour", async move {
+        let Some(s) = common::storage("stale table sweep").await else { return Ok(()) };
+        let clock = ManualClock::at_contract_epoch();
+        let old = test_prefix_at(SystemTime::now() - Duration::from_secs(2 * 3600));
+        let recent = test_prefix_at(SystemTime::now() - Duration::from_secs(10 * 60));
+        for prefix in [&old, &recent] {
+            let b = s.options()?.prefix(prefix.as_str()).connect().await?;
+            b.init(common::options(&clock)).await?;
+            b.close().await?;
+            assert_eq!(tables(&s, prefix).await?, 5, "{prefix} has its five tables");
+        }
+        let current = common::handle(&s, &clock, |o| o).await?;
+        let dropped = sweep(s.url()).await?;
+        assert!(dropped >= 1, "the two-hour-old set was dropped");
+        assert_eq!(tables(&s, &old).await?, 0, "stale tables survived");
+        assert_eq!(tables(&s, &recent).await?, 5, "a ten-minute-old set was dropped");
+        assert_eq!(tables(&s, s.prefix()).await?, 5, "the running case's tables were dropped");
+        let mut conn = s.admin().await?;
+        taskgate_postgres::testing::drop_tables(&mut conn, &recent).await?;
+        common::finish(s, &[&current]).await
+    })
+    .await
 }

@@ -7,6 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use brokertest::{within, TEST_LIMIT};
 use taskgate::{Broker, ManualClock, Task};
 use taskgate_postgres::PgBroker;
 
@@ -40,46 +41,49 @@ async fn pickup(producer: &PgBroker, consumer: &PgBroker, queue: &str, id: &str)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_wakes_another_handle_and_survives_a_killed_listener(
 ) -> Result<(), taskgate::BoxError> {
-    let Some(s) = common::storage("cross-process wake").await else { return Ok(()) };
-    let clock = ManualClock::at_contract_epoch();
-    let a = common::handle(&s, &clock, |o| o.poll_interval(POLL)).await?;
-    let b = common::handle(&s, &clock, |o| o.poll_interval(POLL)).await?;
-    let listener = format!("{}:listen", b.application_name());
-    assert!(
-        common::eventually(Duration::from_secs(5), || async {
-            common::sessions(&s, &listener).await.unwrap_or(0) == 1
-        })
-        .await
-    );
+    within(TEST_LIMIT, "notify_wakes_another_handle_and_survives_a_killed_listener", async move {
+        let Some(s) = common::storage("cross-process wake").await else { return Ok(()) };
+        let clock = ManualClock::at_contract_epoch();
+        let a = common::handle(&s, &clock, |o| o.poll_interval(POLL)).await?;
+        let b = common::handle(&s, &clock, |o| o.poll_interval(POLL)).await?;
+        let listener = format!("{}:listen", b.application_name());
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                common::sessions(&s, &listener).await.unwrap_or(0) == 1
+            })
+            .await
+        );
 
-    let mut took = Vec::new();
-    for i in 0..5 {
-        took.push(pickup(&a, &b, "q", &format!("n{i}")).await);
-    }
-    let p50 = common::median(took.clone());
-    println!("NOTIFY pickup across handles: p50 {p50:?}, all {took:?}");
-    assert!(p50 <= NOTIFY_LIMIT, "pickup through NOTIFY took {p50:?} (p50)");
-    assert!(took.iter().all(|d| *d < POLL), "some pickup waited for a poll: {took:?}");
+        let mut took = Vec::new();
+        for i in 0..5 {
+            took.push(pickup(&a, &b, "q", &format!("n{i}")).await);
+        }
+        let p50 = common::median(took.clone());
+        println!("NOTIFY pickup across handles: p50 {p50:?}, all {took:?}");
+        assert!(p50 <= NOTIFY_LIMIT, "pickup through NOTIFY took {p50:?} (p50)");
+        assert!(took.iter().all(|d| *d < POLL), "some pickup waited for a poll: {took:?}");
 
-    // Kill the listener's connection: the poll still delivers within its interval.
-    assert_eq!(common::terminate(&s, &listener).await?, 1, "one listener session to kill");
-    let lost = pickup(&a, &b, "q", "after-kill").await;
-    println!("pickup with the listener killed: {lost:?}");
-    assert!(lost < POLL + Duration::from_millis(150), "no wake-up within the poll: {lost:?}");
+        // Kill the listener's connection: the poll still delivers within its interval.
+        assert_eq!(common::terminate(&s, &listener).await?, 1, "one listener session to kill");
+        let lost = pickup(&a, &b, "q", "after-kill").await;
+        println!("pickup with the listener killed: {lost:?}");
+        assert!(lost < POLL + Duration::from_millis(150), "no wake-up within the poll: {lost:?}");
 
-    // The listener comes back by itself, and NOTIFY is fast again.
-    assert!(
-        common::eventually(Duration::from_secs(5), || async {
-            common::sessions(&s, &listener).await.unwrap_or(0) == 1
-        })
-        .await,
-        "the listener did not reconnect"
-    );
-    let mut again = Vec::new();
-    for i in 0..3 {
-        again.push(pickup(&a, &b, "q", &format!("r{i}")).await);
-    }
-    println!("pickup after re-listening: {again:?}");
-    assert!(common::median(again) <= NOTIFY_LIMIT, "NOTIFY did not come back");
-    common::finish(s, &[&a, &b]).await
+        // The listener comes back by itself, and NOTIFY is fast again.
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                common::sessions(&s, &listener).await.unwrap_or(0) == 1
+            })
+            .await,
+            "the listener did not reconnect"
+        );
+        let mut again = Vec::new();
+        for i in 0..3 {
+            again.push(pickup(&a, &b, "q", &format!("r{i}")).await);
+        }
+        println!("pickup after re-listening: {again:?}");
+        assert!(common::median(again) <= NOTIFY_LIMIT, "NOTIFY did not come back");
+        common::finish(s, &[&a, &b]).await
+    })
+    .await
 }

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Instant;
 
+use brokertest::{within, TEST_LIMIT};
 use common::{manual_options, TempDb, TestResult};
 use sqlx::{Connection, Row};
 use taskgate::{AckItem, Broker, Task};
@@ -47,56 +48,59 @@ fn bind<'q>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_seek_indexes_after_finished_rows_pile_up() -> TestResult {
-    let db = TempDb::new()?;
-    let (clock, options) = manual_options();
-    let broker = db.broker(options).await?;
-    pile_up_finished(&*broker).await?;
-    broker.enqueue(&Task::new("job", "hot").with_id("live")).await?;
-    broker.optimize().await?;
-    let now = taskgate::Clock::now_ms(&clock);
-    let mut conn = sqlx::SqliteConnection::connect_with(
-        &sqlx::sqlite::SqliteConnectOptions::new().filename(db.path()),
-    )
-    .await?;
-    for stmt in broker.engine().hot_statements("hot", "live", now) {
-        let explain = format!("EXPLAIN QUERY PLAN {}", stmt.sql);
-        let rows = bind(&explain, &stmt.args).fetch_all(&mut conn).await?;
-        let plan: Vec<String> =
-            rows.iter().map(|r| r.try_get::<String, _>(3)).collect::<Result<_, _>>()?;
-        let text = plan.join(" | ");
-        for line in &plan {
-            // A scan is fine only over a partial index that holds no finished rows.
-            let partial = ["idx_ready", "idx_running", "idx_blocked"];
-            let scans_tasks = (line.starts_with("SCAN taskgate_tasks")
-                && !partial.iter().any(|p| line.contains(&format!("INDEX taskgate_{p}"))))
-                || line.starts_with("SCAN taskgate_task_deps");
-            assert!(!scans_tasks, "{}: full scan in plan: {text}", stmt.name);
+    within(TEST_LIMIT, "hot_statements_seek_indexes_after_finished_rows_pile_up", async move {
+        let db = TempDb::new()?;
+        let (clock, options) = manual_options();
+        let broker = db.broker(options).await?;
+        pile_up_finished(&*broker).await?;
+        broker.enqueue(&Task::new("job", "hot").with_id("live")).await?;
+        broker.optimize().await?;
+        let now = taskgate::Clock::now_ms(&clock);
+        let mut conn = sqlx::SqliteConnection::connect_with(
+            &sqlx::sqlite::SqliteConnectOptions::new().filename(db.path()),
+        )
+        .await?;
+        for stmt in broker.engine().hot_statements("hot", "live", now) {
+            let explain = format!("EXPLAIN QUERY PLAN {}", stmt.sql);
+            let rows = bind(&explain, &stmt.args).fetch_all(&mut conn).await?;
+            let plan: Vec<String> =
+                rows.iter().map(|r| r.try_get::<String, _>(3)).collect::<Result<_, _>>()?;
+            let text = plan.join(" | ");
+            for line in &plan {
+                // A scan is fine only over a partial index that holds no finished rows.
+                let partial = ["idx_ready", "idx_running", "idx_blocked"];
+                let scans_tasks = (line.starts_with("SCAN taskgate_tasks")
+                    && !partial.iter().any(|p| line.contains(&format!("INDEX taskgate_{p}"))))
+                    || line.starts_with("SCAN taskgate_task_deps");
+                assert!(!scans_tasks, "{}: full scan in plan: {text}", stmt.name);
+            }
+            eprintln!("{}: {text}", stmt.name);
+            let expected: &[&str] = match stmt.name {
+                // Partial indexes: only claimable, running or blocked rows are in them.
+                "next_due" | "claim" => &["taskgate_idx_ready (queue=?"],
+                "ack" | "ack_lock" | "ack_write" => &["sqlite_autoindex_taskgate_tasks_1 (id=?)"],
+                "reap" => &["taskgate_idx_running"],
+                "repair" => &["taskgate_idx_blocked"],
+                "children" => &["taskgate_idx_deps_parent (parent_id=? AND done=?)"],
+                other => panic!("unexpected hot statement {other}"),
+            };
+            let ok = expected.iter().any(|e| text.contains(e));
+            assert!(ok, "{}: expected one of {expected:?}: {text}", stmt.name);
         }
-        eprintln!("{}: {text}", stmt.name);
-        let expected: &[&str] = match stmt.name {
-            // Partial indexes: only claimable, running or blocked rows are in them.
-            "next_due" | "claim" => &["taskgate_idx_ready (queue=?"],
-            "ack" | "ack_lock" | "ack_write" => &["sqlite_autoindex_taskgate_tasks_1 (id=?)"],
-            "reap" => &["taskgate_idx_running"],
-            "repair" => &["taskgate_idx_blocked"],
-            "children" => &["taskgate_idx_deps_parent (parent_id=? AND done=?)"],
-            other => panic!("unexpected hot statement {other}"),
-        };
-        let ok = expected.iter().any(|e| text.contains(e));
-        assert!(ok, "{}: expected one of {expected:?}: {text}", stmt.name);
-    }
-    conn.close().await?;
+        conn.close().await?;
 
-    // And the claim+ack cycle is not slowed down by the finished rows.
-    let started = Instant::now();
-    for i in 0..50 {
-        broker.enqueue(&Task::new("job", "hot").with_id(format!("h{i:02}"))).await?;
-    }
-    for _ in 0..51 {
-        let t = broker.dequeue(&["hot"]).await?;
-        broker.ack(&t.id, &t.lease_token, None).await?;
-    }
-    assert_eq!(broker.queue_len("hot").await?, 0);
-    assert!(started.elapsed().as_secs() < 20, "cycle took {:?}", started.elapsed());
-    Ok(())
+        // And the claim+ack cycle is not slowed down by the finished rows.
+        let started = Instant::now();
+        for i in 0..50 {
+            broker.enqueue(&Task::new("job", "hot").with_id(format!("h{i:02}"))).await?;
+        }
+        for _ in 0..51 {
+            let t = broker.dequeue(&["hot"]).await?;
+            broker.ack(&t.id, &t.lease_token, None).await?;
+        }
+        assert_eq!(broker.queue_len("hot").await?, 0);
+        assert!(started.elapsed().as_secs() < 20, "cycle took {:?}", started.elapsed());
+        Ok(())
+    })
+    .await
 }

@@ -14,6 +14,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
 use common::{query_texts, TempDb, TestResult};
 use taskgate::{Broker, BrokerOptions, ErrorKind, QuotaConfig, Status, Task};
 use taskgate_sqlite::SqliteOptions;
@@ -34,15 +35,18 @@ fn crash_options() -> BrokerOptions {
 /// The children's entry point.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_main() -> TestResult {
-    let Ok(role) = std::env::var(ROLE) else { return Ok(()) };
-    let path = PathBuf::from(std::env::var(DB)?);
-    match role.as_str() {
-        "worker" => worker(&path).await,
-        "quota" => quota_and_pause(&path).await,
-        "hang" => claim_and_hang(&path).await,
-        "readonly" => open_readonly(&path).await,
-        other => Err(format!("unknown child role {other}").into()),
-    }
+    within(TEST_LIMIT, "child_main", async move {
+        let Ok(role) = std::env::var(ROLE) else { return Ok(()) };
+        let path = PathBuf::from(std::env::var(DB)?);
+        match role.as_str() {
+            "worker" => worker(&path).await,
+            "quota" => quota_and_pause(&path).await,
+            "hang" => claim_and_hang(&path).await,
+            "readonly" => open_readonly(&path).await,
+            other => Err(format!("unknown child role {other}").into()),
+        }
+    })
+    .await
 }
 
 /// Claims from `mp` until all 100 tasks are completed; prints every claimed ID.
@@ -146,7 +150,8 @@ fn spawn_child(role: &str, path: &Path, tag: &str, as_nobody: bool) -> TestResul
 /// Waits for a child and returns its marked stdout lines (`PREFIX rest`), failing when the
 /// child failed.
 async fn finish_child(child: Child, prefix: &str) -> TestResult<Vec<String>> {
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await??;
+    let what = format!("the child process printing {prefix} lines to exit");
+    let out = within(WAIT_LIMIT, what, child.wait_with_output()).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -160,106 +165,129 @@ async fn finish_child(child: Child, prefix: &str) -> TestResult<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_run_each_of_100_tasks_exactly_once() -> TestResult {
-    let db = TempDb::new()?;
-    let broker = db.broker(BrokerOptions::default()).await?;
-    let tasks: Vec<Task> =
-        (0..100).map(|i| Task::new("job", "mp").with_id(format!("mp{i:03}"))).collect();
-    broker.enqueue_many(&tasks).await?;
-    let a = spawn_child("worker", db.path(), "A", false)?;
-    let b = spawn_child("worker", db.path(), "B", false)?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    std::fs::write(db.path().with_extension("go"), b"go")?;
-    let claimed_a = finish_child(a, "CLAIMED").await?;
-    let claimed_b = finish_child(b, "CLAIMED").await?;
-    assert!(!claimed_a.is_empty() && !claimed_b.is_empty(), "both processes must claim");
-    let mut runs: BTreeMap<String, usize> = BTreeMap::new();
-    for id in claimed_a.iter().chain(&claimed_b) {
-        *runs.entry(id.clone()).or_default() += 1;
-    }
-    assert_eq!(runs.len(), 100, "every task ran");
-    assert!(runs.values().all(|n| *n == 1), "a task ran twice: {runs:?}");
-    for (i, task) in tasks.iter().enumerate() {
-        let stored = broker.get(&task.id).await?;
-        assert_eq!(stored.status, Status::Completed, "{}", task.id);
-        assert_eq!(stored.lease_lost, 0);
-        let by = if claimed_a.contains(&task.id) { "A" } else { "B" };
-        assert_eq!(stored.result.as_deref(), Some(by.as_bytes()), "task {i} acked by its runner");
-    }
-    Ok(())
+    within(TEST_LIMIT, "two_processes_run_each_of_100_tasks_exactly_once", async move {
+        let db = TempDb::new()?;
+        let broker = db.broker(BrokerOptions::default()).await?;
+        let tasks: Vec<Task> =
+            (0..100).map(|i| Task::new("job", "mp").with_id(format!("mp{i:03}"))).collect();
+        broker.enqueue_many(&tasks).await?;
+        let a = spawn_child("worker", db.path(), "A", false)?;
+        let b = spawn_child("worker", db.path(), "B", false)?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        std::fs::write(db.path().with_extension("go"), b"go")?;
+        let claimed_a = finish_child(a, "CLAIMED").await?;
+        let claimed_b = finish_child(b, "CLAIMED").await?;
+        assert!(!claimed_a.is_empty() && !claimed_b.is_empty(), "both processes must claim");
+        let mut runs: BTreeMap<String, usize> = BTreeMap::new();
+        for id in claimed_a.iter().chain(&claimed_b) {
+            *runs.entry(id.clone()).or_default() += 1;
+        }
+        assert_eq!(runs.len(), 100, "every task ran");
+        assert!(runs.values().all(|n| *n == 1), "a task ran twice: {runs:?}");
+        for (i, task) in tasks.iter().enumerate() {
+            let stored = broker.get(&task.id).await?;
+            assert_eq!(stored.status, Status::Completed, "{}", task.id);
+            assert_eq!(stored.lease_lost, 0);
+            let by = if claimed_a.contains(&task.id) { "A" } else { "B" };
+            assert_eq!(
+                stored.result.as_deref(),
+                Some(by.as_bytes()),
+                "task {i} acked by its runner"
+            );
+        }
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_and_pause_are_shared_between_processes() -> TestResult {
-    let db = TempDb::new()?;
-    let broker = db.broker(BrokerOptions::default()).await?;
-    finish_child(spawn_child("quota", db.path(), "Q", false)?, "-").await?;
-    let gate = broker.quota_provider().ok_or("no quota")?.queue_quota("mp", &quota_config())?;
-    assert!(gate.reserve().await?.is_some(), "one unit of three is left");
-    assert!(gate.reserve().await?.is_none(), "the child's two units count here");
-    assert_eq!(broker.paused_queues().await?, vec!["mp-paused".to_owned()]);
-    broker.enqueue(&Task::new("job", "mp-paused").with_id("held")).await?;
-    assert!(broker.try_dequeue(&["mp-paused"]).await?.is_none());
-    Ok(())
+    within(TEST_LIMIT, "quota_and_pause_are_shared_between_processes", async move {
+        let db = TempDb::new()?;
+        let broker = db.broker(BrokerOptions::default()).await?;
+        finish_child(spawn_child("quota", db.path(), "Q", false)?, "-").await?;
+        let gate = broker.quota_provider().ok_or("no quota")?.queue_quota("mp", &quota_config())?;
+        assert!(gate.reserve().await?.is_some(), "one unit of three is left");
+        assert!(gate.reserve().await?.is_none(), "the child's two units count here");
+        assert_eq!(broker.paused_queues().await?, vec!["mp-paused".to_owned()]);
+        broker.enqueue(&Task::new("job", "mp-paused").with_id("held")).await?;
+        assert!(broker.try_dequeue(&["mp-paused"]).await?.is_none());
+        Ok(())
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_loses_its_lease_and_the_task_completes_on_rerun() -> TestResult {
-    let db = TempDb::new()?;
-    let producer = db.broker(crash_options()).await?;
-    producer.enqueue(&Task::new("crash", "crash").with_id("crash-1")).await?;
-    producer.close().await?;
+    within(
+        TEST_LIMIT,
+        "a_killed_worker_loses_its_lease_and_the_task_completes_on_rerun",
+        async move {
+            let db = TempDb::new()?;
+            let producer = db.broker(crash_options()).await?;
+            producer.enqueue(&Task::new("crash", "crash").with_id("crash-1")).await?;
+            producer.close().await?;
 
-    let mut child = spawn_child("hang", db.path(), "K", false)?;
-    let sentinel = db.path().with_extension("claimed");
-    let started = Instant::now();
-    while !sentinel.exists() {
-        assert!(started.elapsed() < Duration::from_secs(30), "child never claimed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    child.kill().await?; // SIGKILL
-    let status = child.wait().await?;
-    assert!(!status.success(), "the child was killed: {status}");
+            let mut child = spawn_child("hang", db.path(), "K", false)?;
+            let sentinel = db.path().with_extension("claimed");
+            let started = Instant::now();
+            while !sentinel.exists() {
+                assert!(started.elapsed() < Duration::from_secs(30), "child never claimed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            child.kill().await?; // SIGKILL
+            let status = within(WAIT_LIMIT, "the killed child to end", child.wait()).await?;
+            assert!(!status.success(), "the child was killed: {status}");
 
-    let broker: Arc<dyn Broker> = db.broker(crash_options()).await?;
-    assert_eq!(broker.get("crash-1").await?.status, Status::Running);
-    let reaped = loop {
-        let n = broker.reap_expired().await?;
-        if n > 0 || started.elapsed() > Duration::from_secs(30) {
-            break n;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert_eq!(reaped, 1);
-    let task = broker.dequeue(&["crash"]).await?;
-    assert_eq!((task.id.as_str(), task.lease_lost), ("crash-1", 1));
-    broker.ack(&task.id, &task.lease_token, Some(b"\"recovered\"".to_vec())).await?;
-    let done = broker.get("crash-1").await?;
-    assert_eq!(done.status, Status::Completed);
-    assert_eq!(done.result.as_deref(), Some(&b"\"recovered\""[..]));
-    assert_eq!(done.lease_lost, 1);
-    broker.close().await?;
-    assert_eq!(query_texts(db.path(), "PRAGMA integrity_check").await?, vec!["ok".to_owned()]);
-    Ok(())
+            let broker: Arc<dyn Broker> = db.broker(crash_options()).await?;
+            assert_eq!(broker.get("crash-1").await?.status, Status::Running);
+            let reaped = loop {
+                let n = broker.reap_expired().await?;
+                if n > 0 || started.elapsed() > Duration::from_secs(30) {
+                    break n;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            assert_eq!(reaped, 1);
+            let task = broker.dequeue(&["crash"]).await?;
+            assert_eq!((task.id.as_str(), task.lease_lost), ("crash-1", 1));
+            broker.ack(&task.id, &task.lease_token, Some(b"\"recovered\"".to_vec())).await?;
+            let done = broker.get("crash-1").await?;
+            assert_eq!(done.status, Status::Completed);
+            assert_eq!(done.result.as_deref(), Some(&b"\"recovered\""[..]));
+            assert_eq!(done.lease_lost, 1);
+            broker.close().await?;
+            assert_eq!(
+                query_texts(db.path(), "PRAGMA integrity_check").await?,
+                vec!["ok".to_owned()]
+            );
+            Ok(())
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_the_process_cannot_write_is_a_backend_error() -> TestResult {
-    use std::os::unix::fs::PermissionsExt;
-    let db = TempDb::new()?;
-    db.broker(BrokerOptions::default()).await?.close().await?;
-    for leftover in ["tasks.db-wal", "tasks.db-shm"] {
-        let _ = std::fs::remove_file(db.dir.path().join(leftover));
-    }
-    std::fs::set_permissions(db.path(), std::fs::Permissions::from_mode(0o444))?;
-    std::fs::set_permissions(db.dir.path(), std::fs::Permissions::from_mode(0o555))?;
-    // Root ignores permission bits, so the child drops to `nobody` when we are root.
-    let root = std::process::Command::new("id").arg("-u").output()?.stdout == b"0\n";
-    let child = spawn_child("readonly", db.path(), "R", root)?;
-    let lines = finish_child(child, "KIND").await;
-    std::fs::set_permissions(db.dir.path(), std::fs::Permissions::from_mode(0o755))?;
-    let lines = lines?;
-    let line = lines.first().ok_or("the child opened a read-only file without error")?;
-    assert!(line.starts_with(&format!("{:?} ", ErrorKind::Backend)), "{line}");
-    assert!(line.contains("cannot open sqlite database"), "{line}");
-    Ok(())
+    within(TEST_LIMIT, "a_file_the_process_cannot_write_is_a_backend_error", async move {
+        use std::os::unix::fs::PermissionsExt;
+        let db = TempDb::new()?;
+        db.broker(BrokerOptions::default()).await?.close().await?;
+        for leftover in ["tasks.db-wal", "tasks.db-shm"] {
+            let _ = std::fs::remove_file(db.dir.path().join(leftover));
+        }
+        std::fs::set_permissions(db.path(), std::fs::Permissions::from_mode(0o444))?;
+        std::fs::set_permissions(db.dir.path(), std::fs::Permissions::from_mode(0o555))?;
+        // Root ignores permission bits, so the child drops to `nobody` when we are root.
+        let root = std::process::Command::new("id").arg("-u").output()?.stdout == b"0\n";
+        let child = spawn_child("readonly", db.path(), "R", root)?;
+        let lines = finish_child(child, "KIND").await;
+        std::fs::set_permissions(db.dir.path(), std::fs::Permissions::from_mode(0o755))?;
+        let lines = lines?;
+        let line = lines.first().ok_or("the child opened a read-only file without error")?;
+        assert!(line.starts_with(&format!("{:?} ", ErrorKind::Backend)), "{line}");
+        assert!(line.contains("cannot open sqlite database"), "{line}");
+        Ok(())
+    })
+    .await
 }

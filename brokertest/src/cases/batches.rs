@@ -9,7 +9,7 @@ use taskgate::{AckItem, Broker, ErrorKind, Status, Task};
 use tokio::sync::Barrier;
 
 use super::check::{expect_err, expect_invalid, ids, stored_ids};
-use crate::{task, CaseResult, Factory, Harness, REAL_WINDOW, SAFETY_TIMEOUT};
+use crate::{task, within, CaseResult, Factory, Harness, REAL_WINDOW, SAFETY_TIMEOUT, WAIT_LIMIT};
 
 /// Given stored task `pre`, when a batch holds one bad item (an empty type, a missing or later
 /// parent, an ID or key used twice, an ID already stored), then enqueue_many fails with that
@@ -161,8 +161,8 @@ async fn concurrent_claims(h: &Harness) -> CaseResult {
         .map(|i| tokio::spawn(claim_loop(handles[i % 2].clone(), barrier.clone())))
         .collect();
     let mut received: BTreeMap<String, String> = BTreeMap::new();
-    for worker in workers {
-        for t in worker.await? {
+    for (k, worker) in workers.into_iter().enumerate() {
+        for t in within(WAIT_LIMIT, format!("claim loop {k}"), worker).await? {
             if let Some(other) = received.insert(t.id.clone(), t.lease_token) {
                 panic!("{} was received twice (tokens {other} and another)", t.id);
             }
@@ -271,8 +271,8 @@ pub async fn c29_dequeue_cancel_safety(factory: &dyn Factory) -> CaseResult {
     }
     done.store(true, Ordering::SeqCst);
     let mut held: BTreeMap<String, String> = BTreeMap::new();
-    for claimer in claimers {
-        for t in claimer.await? {
+    for (k, claimer) in claimers.into_iter().enumerate() {
+        for t in within(WAIT_LIMIT, format!("claim loop {k} (seed {seed})"), claimer).await? {
             if held.insert(t.id.clone(), t.lease_token).is_some() {
                 panic!("{} was received twice (seed {seed})", t.id);
             }
@@ -357,7 +357,7 @@ async fn abort_after_turns(broker: &Arc<dyn Broker>, turns: usize) -> Vec<Task> 
         tokio::task::yield_now().await;
     }
     call.abort();
-    match call.await {
+    match within(SAFETY_TIMEOUT, "an aborted dequeue_many", call).await {
         Ok(r) => expect_claim(r),
         Err(join) if join.is_cancelled() => Vec::new(),
         Err(join) => panic!("an aborted dequeue_many panicked: {join}"),

@@ -12,7 +12,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 /// The IDs of one case run: fixed ones plus the replays' generated ones.
 struct World {
-    /// The replays, by name: kc-2, kd-2, kd-3, kn-2, kl-2.
+    /// The replays, by name: kc-2, kd-2, kd-3, kn-2, kl-2, rp-2.
     replays: Vec<(&'static str, String)>,
 }
 
@@ -30,16 +30,19 @@ impl World {
 }
 
 /// Given tasks finished at t0 (old-c, old-f, old-x; par-live with a pending child; par-done
-/// with a completed child; gp whose child orph fails later), at t1 (edge) and at t2 (new-c,
-/// orph), running and pending tasks, and keyed chains kc (failed, completed), kd (3 canceled),
-/// kn (failed, pending) and kl (failed at t0, failed at t2), when prune runs with cutoff t1,
-/// then: a non-terminal status is `InvalidInput` (statuses); `[failed]` deletes old-f only; all
+/// with a completed child; gp whose child orph fails later; rp-1, cancelled and replayed by
+/// the key-less rp-2, which fails at t2), at t1 (edge) and at t2 (new-c, orph), running and
+/// pending tasks, and keyed chains kc (failed, completed), kd (3 canceled), kn (failed,
+/// pending) and kl (failed at t0, failed at t2), when prune runs with cutoff t1, then: a
+/// non-terminal status is `InvalidInput` (statuses); `[failed]` deletes old-f only; all
 /// statuses with limit 2 then no limit delete old-c, old-x, par-done, done-child and gp
-/// (2 + 3) but never par-live, edge, new-c or a keyed task; orph can no longer resume; with
-/// include_keyed, `[failed]` deletes nothing (no chain qualifies whole), `[canceled]` with limit 2
-/// leaves kd (it would cross the limit) and with limit 3 deletes it, all statuses delete kc;
-/// kc and kd re-open while kn stays taken; par-live goes once its child finished; a cutoff in
-/// the future deletes every terminal task and chain but never a running or pending one.
+/// (2 + 3) but never par-live, edge, new-c, a keyed task or rp-1 (a replay chain goes whole,
+/// so no stored `replay_of` names a pruned ID); orph can no longer resume; with include_keyed,
+/// `[failed]` deletes nothing (no chain qualifies whole), `[canceled]` with limit 2 leaves kd
+/// (it would cross the limit) and with limit 3 deletes it, all statuses delete kc; kc and kd
+/// re-open while kn stays taken; par-live goes once its child finished; a future cutoff with
+/// `[canceled]` keeps rp-1 (rp-2 failed); a future cutoff with every status deletes every
+/// terminal task and chain, rp-1 and rp-2 together, but never a running or pending one.
 pub async fn c31_prune(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?;
     let w = build(&h).await?;
@@ -53,7 +56,10 @@ pub async fn c31_prune(factory: &dyn Factory) -> CaseResult {
     h.broker.ack("live-child", &live.lease_token, None).await?;
     assert_eq!(prune(&h, t1, &[], 0, false).await, 1, "par-live once its child finished");
     let far = h.now().saturating_add(24 * HOUR);
-    assert_eq!(prune(&h, far, &[], 0, true).await, 6, "everything terminal, chains whole");
+    let canceled = prune(&h, far, &[Status::Canceled], 0, false).await;
+    assert_eq!(canceled, 0, "rp-1 is canceled, but its replay rp-2 failed: the chain stays");
+    assert_eq!(h.get(&w.id("rp-2")).await.replay_of, "rp-1", "rp-2 still names rp-1");
+    assert_eq!(prune(&h, far, &[], 0, true).await, 8, "everything terminal, chains whole");
     let mut expected = w.ids(&["run1", "pend1", "kn-1", "kn-2"]);
     expected.extend(reopened(&h).await?);
     assert_eq!(stored_ids(&*h.broker).await?, expected, "only live tasks and kn's chain remain");
@@ -143,8 +149,9 @@ async fn reopened(h: &Harness) -> Result<Vec<String>, taskgate::Error> {
 
 /// Builds the world: t0 finishes, advance 1 h, edge at t1, advance 1 h, t2 finishes.
 async fn build(h: &Harness) -> Result<World, taskgate::Error> {
-    unkeyed_at_t0(h).await?;
-    let w = World { replays: keyed_at_t0(h).await? };
+    let rp2 = unkeyed_at_t0(h).await?;
+    let mut w = World { replays: keyed_at_t0(h).await? };
+    w.replays.push(("rp-2", rp2));
     h.advance(HOUR);
     h.enqueue(task("edge", "job", "edge")).await;
     h.ack_by_id("edge", "edge").await;
@@ -153,10 +160,11 @@ async fn build(h: &Harness) -> Result<World, taskgate::Error> {
     h.ack_by_id("new-c", "new-c").await;
     h.fail_by_id("orph", "orph").await;
     h.fail_by_id("kl", &w.id("kl-2")).await;
+    h.fail_by_id("rp", &w.id("rp-2")).await;
     Ok(w)
 }
 
-async fn unkeyed_at_t0(h: &Harness) -> Result<(), taskgate::Error> {
+async fn unkeyed_at_t0(h: &Harness) -> Result<String, taskgate::Error> {
     for id in ["old-c", "par-live", "par-done", "gp"] {
         h.enqueue(task(id, "job", id)).await;
         h.ack_by_id(id, id).await;
@@ -172,7 +180,9 @@ async fn unkeyed_at_t0(h: &Harness) -> Result<(), taskgate::Error> {
     h.enqueue(task("run1", "job", "run1")).await;
     h.dequeue(&["run1"]).await;
     h.enqueue(task("pend1", "job", "pend1")).await;
-    Ok(())
+    h.enqueue(task("rp-1", "job", "rp")).await;
+    h.broker.cancel("rp-1").await?;
+    Ok(h.broker.replay(ReplayRequest::by_id("rp-1")).await?.id)
 }
 
 /// kc: failed ← completed; kd: canceled ×3; kn: failed ← pending; kl: failed ← pending (fails

@@ -15,7 +15,7 @@ pub(crate) async fn compare_state(model: &Model, exec: &Exec) -> Result<(), Stri
     if want != got {
         return Err(format!("list differs:\n{}", diff_lists(&want, &got)));
     }
-    let counts = match bounded(exec.broker().counts()).await? {
+    let counts = match bounded("counts", exec.broker().counts()).await? {
         Ok(c) => without_zeros(c),
         Err(e) => return Err(format!("counts failed: {e}")),
     };
@@ -23,7 +23,7 @@ pub(crate) async fn compare_state(model: &Model, exec: &Exec) -> Result<(), Stri
         return Err(format!("counts differ: expected {:?}, got {counts:?}", model.counts()));
     }
     for queue in QUEUES.iter().copied().chain(["no-such-queue"]) {
-        match bounded(exec.broker().queue_len(queue)).await? {
+        match bounded("queue_len", exec.broker().queue_len(queue)).await? {
             Ok(n) if n == model.queue_len(queue) => {}
             Ok(n) => {
                 return Err(format!(
@@ -34,7 +34,7 @@ pub(crate) async fn compare_state(model: &Model, exec: &Exec) -> Result<(), Stri
             Err(e) => return Err(format!("queue_len({queue}) failed: {e}")),
         }
     }
-    match bounded(exec.broker().paused_queues()).await? {
+    match bounded("paused_queues", exec.broker().paused_queues()).await? {
         Ok(p) if p == model.paused_queues() => Ok(()),
         Ok(p) => Err(format!("paused_queues: expected {:?}, got {p:?}", model.paused_queues())),
         Err(e) => Err(format!("paused_queues failed: {e}")),

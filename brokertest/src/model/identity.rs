@@ -172,8 +172,13 @@ impl Model {
         let mut keys_seen = HashSet::new();
         for t in &rows {
             if t.business_key.is_empty() {
-                if eligible(t) {
-                    units.push(vec![t.id.clone()]);
+                // A key-less execution with its replays is a replay chain: it goes whole, like
+                // a keyed chain, so no stored `replay_of` ever names a pruned (or reused) ID.
+                if self.replay_chain_root(t) {
+                    let chain = self.replay_chain(&rows, t);
+                    if chain.iter().all(|r| eligible(r)) {
+                        units.push(chain.iter().map(|r| r.id.clone()).collect());
+                    }
                 }
             } else if request.include_keyed && keys_seen.insert(t.business_key.clone()) {
                 let chain: Vec<&Task> =
@@ -184,6 +189,23 @@ impl Model {
             }
         }
         Ok(PrunePlan { units, limit: request.limit })
+    }
+
+    /// True when key-less `t` starts a replay chain: it replays no stored key-less task.
+    fn replay_chain_root(&self, t: &Task) -> bool {
+        self.task(&t.replay_of).is_none_or(|target| !target.business_key.is_empty())
+    }
+
+    /// `root` and the executions replaying it, one after another (each execution is replayed
+    /// at most once), in chain order.
+    fn replay_chain<'a>(&self, rows: &'a [Task], root: &'a Task) -> Vec<&'a Task> {
+        let mut chain = vec![root];
+        let mut last = root;
+        while let Some(next) = rows.iter().find(|r| r.replay_of == last.id) {
+            chain.push(next);
+            last = next;
+        }
+        chain
     }
 
     /// `prune(request)` with the model's own choice when the limit leaves one.

@@ -40,14 +40,19 @@
 //!   that is kept only if all succeed; the error is the first failing item's (kind compared,
 //!   details open). `ack_many` acks its items in order in one unit.
 //! * **Replay.** A request with both or neither of ID and key is `InvalidInput`. "Already
-//!   replayed" means "some stored execution has `replay_of` = this ID", so a pruned replay
-//!   lifts the mark (the SQL backends derive it that way).
+//!   replayed" means "some stored execution has `replay_of` = this ID" (the SQL backends
+//!   derive it that way).
+//! * **Replay chains and prune.** A key-less execution and the executions replaying it form a
+//!   replay chain, which prune takes whole or not at all, like a keyed chain (replays share
+//!   their target's key, so a keyed chain holds its replays). No stored `replay_of` ever names
+//!   a pruned ID, so an ID a replay names is never reused, and prune never lifts a replayed
+//!   mark (docs/decisions.md "Retention").
 //! * **The chain tail** named by `TaskExists` is the key's execution nobody replays — the
 //!   same tail replay-by-key uses — not "the latest by `(created_at, id)`": the two differ
 //!   when a preset ID and a generated replay share a millisecond.
 //! * **Prune with a limit** may leave the backend a choice; the test then accepts any choice
-//!   that takes whole units (a key-less task, or a keyed chain), stays within the limit and
-//!   leaves out no unit that would still have fitted, and the model adopts it.
+//!   that takes whole units (a key-less replay chain, or a keyed chain), stays within the
+//!   limit and leaves out no unit that would still have fitted, and the model adopts it.
 //! * **Defensive repair** recounts `pending_parents` *and* re-arms the task's edges (done
 //!   exactly for the parents that are terminal). §5.4 only says "rewrite pending_parents";
 //!   without re-arming, a parent counted again (because it was resumed) could never decrement
@@ -69,7 +74,13 @@
 //! sequence, so a shrunk failure becomes a regression test ([`regressions`] holds the ones
 //! found so far; [`check_regressions`] replays them all). The case count comes from
 //! `TASKGATE_MODEL_CASES` when set; `TASKGATE_MODEL_STATS=1` prints how often each kind of
-//! step ended how.
+//! step ended how. The seed is printed when the run starts and again in every failure report.
+//!
+//! Deadlines: every backend call of a step has 30 s, setup and teardown of a case
+//! [`WAIT_LIMIT`](crate::WAIT_LIMIT) each, and a divergence names the step and the call that
+//! hung. The whole run has 10 min plus 10 s per case plus the shrink limit, watched by a thread
+//! that, past it, prints the case and step the run was at and ends the test process (it fires
+//! even when every runtime thread is blocked).
 //!
 //! # What it has caught
 //!
@@ -82,7 +93,7 @@
 //! # The history checker
 //!
 //! [`run_history_check`] drives several broker handles on one storage concurrently and checks
-//! the recorded history; see [`history`].
+//! the recorded history; see [`history`] (its calls, rounds and run are bounded the same way).
 
 mod call;
 mod cascade;

@@ -83,6 +83,31 @@ pub fn regressions() -> Vec<Regression> {
                 Op::Cancel { id: "t1".into() },
             ],
         },
+        Regression {
+            name: "replay_chain_pruned_whole",
+            found: "a key-less execution pruned while its replay stayed left the replay's \
+                    replay_of naming a free ID; enqueued again with a key, the model saw it \
+                    replayed (no chain tail) and the backends did not. A key-less replay chain \
+                    goes whole (here once the replay finished too) or not at all \
+                    (docs/decisions.md \"Retention\"; memory: prune.rs, SQL engine: \
+                    ops/prune.rs replay_chains)",
+            ops: vec![
+                Op::Enqueue(task("t1", None, &[])),
+                Op::Cancel { id: "t1".into() },
+                Op::Advance(std::time::Duration::from_millis(59_999)),
+                Op::Replay {
+                    target: ReplayTarget::Id("t1".into()),
+                    allow_completed: false,
+                    payload: None,
+                },
+                Op::Prune { before_ms: 1, statuses: Vec::new(), limit: 0, include_keyed: false },
+                Op::Enqueue(task("t1", Some("k1"), &[])),
+                Op::Enqueue(task("t2", Some("k1"), &[])),
+                Op::Cancel { id: "g1".into() },
+                Op::Prune { before_ms: 1, statuses: Vec::new(), limit: 0, include_keyed: false },
+                Op::Enqueue(task("t1", None, &[])),
+            ],
+        },
     ]
 }
 

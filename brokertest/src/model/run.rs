@@ -14,11 +14,12 @@ use taskgate::{ManualClock, PruneRequest};
 
 use super::call::{Call, Outcome};
 use super::check::{compare_state, diff_lists, diff_task};
-use super::exec::Exec;
+use super::exec::{bounded, bounded_by, Exec};
 use super::gen::ContractMachine;
 use super::op::Op;
 use super::state::Model;
-use crate::{require_db, Factory, Unavailable};
+use crate::deadline::Watchdog;
+use crate::{require_db, Factory, Unavailable, WAIT_LIMIT};
 
 /// Environment variable overriding the number of cases.
 pub const CASES_VAR: &str = "TASKGATE_MODEL_CASES";
@@ -30,6 +31,13 @@ pub const STEPS_VAR: &str = "TASKGATE_MODEL_STEPS";
 pub const SHRINK_VAR: &str = "TASKGATE_MODEL_SHRINK_SECS";
 /// Environment variable that, when set, prints how often each kind of step had each result.
 pub(crate) const STATS_VAR: &str = "TASKGATE_MODEL_STATS";
+
+/// The fixed part of a model run's overall limit; each case adds [`CASE_ALLOWANCE`] and
+/// shrinking its own limit. Past it the run's [`Watchdog`] ends the test process, naming the
+/// case and step it was at (every backend call also has its own, shorter, limit).
+const RUN_BASE_LIMIT: Duration = Duration::from_secs(600);
+/// What each case adds to a run's overall limit (a MariaDB case takes about 1 s).
+const CASE_ALLOWANCE: Duration = Duration::from_secs(10);
 
 /// How often each kind of step ended how (`ack: Ok`, `ack: Err(LeaseLost)`, …).
 type Stats = Mutex<BTreeMap<String, u64>>;
@@ -139,6 +147,11 @@ pub fn run_model_test<F: Factory + 'static>(
     let started = Instant::now();
     let rt = runtime().map_err(|e| ModelFailure::setup(backend.clone(), e))?;
     let seed = env_number(SEED_VAR).unwrap_or_else(fresh_seed);
+    // Printed first, so a run that fails in any way (or is killed) can be replayed.
+    eprintln!("model test against {backend}: seed {seed} (rerun with {SEED_VAR}={seed})");
+    let shrink = Duration::from_secs(env_number(SHRINK_VAR).unwrap_or(180));
+    let limit = RUN_BASE_LIMIT + CASE_ALLOWANCE.saturating_mul(cases) + shrink;
+    let watchdog = Watchdog::arm(format!("model test against {backend} (seed {seed})"), limit);
     let report = |skipped| ModelReport {
         backend: backend.clone(),
         cases,
@@ -159,7 +172,8 @@ pub fn run_model_test<F: Factory + 'static>(
     let stats = Stats::default();
     let result = runner.run(&strategy, |(_, ops, seen)| {
         let n = ran.fetch_add(1, Ordering::SeqCst) + 1;
-        let outcome = rt.block_on(run_case(&factory, &ops, seen.as_deref(), &stats));
+        let watch = Watch { watchdog: &watchdog, case: n, seen: seen.as_deref() };
+        let outcome = rt.block_on(run_case(&factory, &ops, &watch, &stats));
         if outcome.is_err() {
             let _ = first_failure.compare_exchange(0, n, Ordering::SeqCst, Ordering::SeqCst);
         }
@@ -223,7 +237,9 @@ pub fn check_sequence<F: Factory + 'static>(factory: F, ops: &[Op]) -> Result<()
         eprintln!("\n*** SKIPPED sequence against {backend}: {why} ***\n");
         return Ok(());
     }
-    rt.block_on(run_case(&factory, ops, None, &Stats::default())).map_err(fail)
+    let watchdog = Watchdog::arm(format!("fixed sequence against {backend}"), RUN_BASE_LIMIT);
+    let watch = Watch { watchdog: &watchdog, case: 1, seen: None };
+    rt.block_on(run_case(&factory, ops, &watch, &Stats::default())).map_err(fail)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -255,8 +271,13 @@ fn config(cases: u32, seed: u64) -> Config {
 
 /// `Ok(Some(why))` when the backend is unreachable and skipping is allowed.
 pub(crate) async fn probe(factory: &dyn Factory) -> Result<Option<String>, String> {
-    match factory.storage().await {
-        Ok(storage) => storage.cleanup().await.map(|()| None).map_err(|e| format!("cleanup: {e}")),
+    let storage = tokio::time::timeout(WAIT_LIMIT, factory.storage()).await;
+    let storage = storage.map_err(|_| format!("no storage within {WAIT_LIMIT:?}"))?;
+    match storage {
+        Ok(storage) => match tokio::time::timeout(WAIT_LIMIT, storage.cleanup()).await {
+            Ok(cleaned) => cleaned.map(|()| None).map_err(|e| format!("cleanup: {e}")),
+            Err(_) => Err(format!("the probe's cleanup took over {WAIT_LIMIT:?}")),
+        },
         Err(e) => match e.downcast_ref::<Unavailable>() {
             Some(u) if !require_db() => Ok(Some(u.0.clone())),
             Some(u) => Err(format!("{u} (TASKGATE_REQUIRE_DB=1 forbids skipping)")),
@@ -265,31 +286,62 @@ pub(crate) async fn probe(factory: &dyn Factory) -> Result<Option<String>, Strin
     }
 }
 
+/// Where a run is, for its watchdog.
+struct Watch<'a> {
+    watchdog: &'a Watchdog,
+    /// The case number (1-based, shrinking included).
+    case: u32,
+    /// The step counter proptest-state-machine reads while shrinking.
+    seen: Option<&'a AtomicUsize>,
+}
+
+impl Watch<'_> {
+    fn doing(&self, what: impl fmt::Display) {
+        self.watchdog.doing(format!("case {}: {what}", self.case));
+    }
+}
+
 /// One case: fresh storage, a broker with the model's options on a manual clock, the steps.
+/// Every wait is bounded: setup and teardown by [`WAIT_LIMIT`], each call by its own limit.
 async fn run_case(
     factory: &dyn Factory,
     ops: &[Op],
-    seen: Option<&AtomicUsize>,
+    watch: &Watch<'_>,
     stats: &Stats,
 ) -> Result<(), String> {
-    let storage = factory.storage().await.map_err(|e| format!("cannot create storage: {e}"))?;
+    watch.doing("creating storage");
+    let storage = bounded_by(WAIT_LIMIT, "new storage", factory.storage()).await?;
+    let storage = storage.map_err(|e| format!("cannot create storage: {e}"))?;
     let clock = ManualClock::at_contract_epoch();
     let mut model = Model::default();
-    let outcome = match storage.handle().await {
-        Ok(broker) => {
-            let outcome = match broker.init(model.options().broker_options(&clock)).await {
-                Ok(()) => {
+    watch.doing("opening a handle");
+    let outcome = match bounded_by(WAIT_LIMIT, "a handle", storage.handle()).await {
+        Ok(Ok(broker)) => {
+            watch.doing("init");
+            let init = broker.init(model.options().broker_options(&clock));
+            let outcome = match bounded("init", init).await {
+                Ok(Ok(())) => {
                     let exec = Exec::new(broker.clone(), clock);
-                    drive(&mut model, exec, ops, seen, stats).await
+                    drive(&mut model, exec, ops, watch, stats).await
                 }
-                Err(e) => Err(format!("init failed: {e}")),
+                Ok(Err(e)) => Err(format!("init failed: {e}")),
+                Err(hung) => Err(hung),
             };
-            let closed = broker.close().await.map_err(|e| format!("close failed: {e}"));
+            watch.doing("closing the handle");
+            let closed = match bounded_by(WAIT_LIMIT, "close", broker.close()).await {
+                Ok(closed) => closed.map_err(|e| format!("close failed: {e}")),
+                Err(hung) => Err(hung),
+            };
             outcome.and(closed)
         }
-        Err(e) => Err(format!("cannot open a handle: {e}")),
+        Ok(Err(e)) => Err(format!("cannot open a handle: {e}")),
+        Err(hung) => Err(hung),
     };
-    let cleaned = storage.cleanup().await.map_err(|e| format!("cleanup failed: {e}"));
+    watch.doing("removing the storage");
+    let cleaned = match bounded_by(WAIT_LIMIT, "the storage's cleanup", storage.cleanup()).await {
+        Ok(cleaned) => cleaned.map_err(|e| format!("cleanup failed: {e}")),
+        Err(hung) => Err(hung),
+    };
     outcome.and(cleaned)
 }
 
@@ -297,13 +349,14 @@ async fn drive(
     model: &mut Model,
     mut exec: Exec,
     ops: &[Op],
-    seen: Option<&AtomicUsize>,
+    watch: &Watch<'_>,
     stats: &Stats,
 ) -> Result<(), String> {
     for (i, op) in ops.iter().enumerate() {
-        if let Some(seen) = seen {
+        if let Some(seen) = watch.seen {
             seen.fetch_add(1, Ordering::SeqCst);
         }
+        watch.doing(format_args!("step {}: {op}", i + 1));
         let outcome = step(model, &mut exec, op).await;
         let outcome = outcome.map_err(|why| format!("step {}: {op}\n{why}", i + 1))?;
         tally(stats, op, &outcome);

@@ -20,7 +20,8 @@ pub async fn storage(test: &str) -> Option<MySqlStorage> {
 
 /// Like [`storage`] with a custom factory (pool size).
 pub async fn storage_with(test: &str, factory: MySqlFactory) -> Option<MySqlStorage> {
-    match factory.mysql_storage().await {
+    let what = format!("mysql: {test}: new storage");
+    match brokertest::within(brokertest::WAIT_LIMIT, what, factory.mysql_storage()).await {
         Ok(s) => Some(s),
         Err(e) if e.downcast_ref::<Unavailable>().is_some() && !brokertest::require_db() => {
             eprintln!("\n*** SKIPPED mysql: {test}: {e} ***\n");
@@ -36,7 +37,7 @@ pub async fn handle(
     options: BrokerOptions,
 ) -> Result<Arc<MySqlBroker>, BoxError> {
     let broker = Arc::new(storage.mysql_handle()?);
-    broker.init(options).await?;
+    brokertest::within(brokertest::WAIT_LIMIT, "init", broker.init(options)).await?;
     Ok(broker)
 }
 
@@ -54,6 +55,37 @@ pub async fn connect(storage: &MySqlStorage) -> Result<MySqlConnection, BoxError
 }
 
 /// `true` when the server is MariaDB.
+/// True when a transaction waits for a lock on one of `storage`'s tables, read from `SHOW
+/// ENGINE INNODB STATUS` (live). Not `information_schema.INNODB_TRX`: InnoDB refreshes that
+/// table's cache only after 100 ms without a reader, so tests polling it at once all read a
+/// stale copy.
+pub async fn lock_wait(storage: &MySqlStorage) -> Result<bool, BoxError> {
+    let mut conn = connect(storage).await?;
+    let row = sqlx::query("SHOW ENGINE INNODB STATUS").fetch_one(&mut conn).await?;
+    let status: String = row.try_get(2)?;
+    conn.close().await?;
+    let prefix = storage.prefix();
+    Ok(status.split("---TRANSACTION").any(|trx| trx.contains("LOCK WAIT") && trx.contains(prefix)))
+}
+
+/// Waits (up to [`brokertest::WAIT_LIMIT`]) until a transaction waits for a lock on
+/// `storage`'s tables; panics naming `what` otherwise.
+pub async fn until_lock_wait(storage: &MySqlStorage, what: &str) {
+    let limit = brokertest::WAIT_LIMIT;
+    let start = std::time::Instant::now();
+    loop {
+        match lock_wait(storage).await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => panic!("{what}: cannot read the lock waits: {e}"),
+        }
+        if start.elapsed() > limit {
+            panic!("{what}: nothing waited for a lock within {limit:?}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 pub async fn is_mariadb(conn: &mut MySqlConnection) -> Result<bool, BoxError> {
     let row = sqlx::query("SELECT VERSION()").fetch_one(&mut *conn).await?;
     Ok(row.try_get::<String, _>(0)?.to_ascii_lowercase().contains("mariadb"))

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use brokertest::WAIT_LIMIT;
 use sqlx::PgConnection;
 use taskgate::{BoxError, Broker, BrokerOptions, Clock, ManualClock};
 use taskgate_postgres::testing::{PgFactory, PgStorage};
@@ -18,7 +19,9 @@ use taskgate_postgres::{PgBroker, PgOptions};
 /// Fresh storage on the test server; `None` (after a loud message) when there is no server
 /// and `TASKGATE_REQUIRE_DB` is not 1.
 pub async fn storage(test: &str) -> Option<PgStorage> {
-    match PgFactory::from_env().pg_storage().await {
+    let what = format!("postgres: {test}: new storage");
+    match brokertest::within(brokertest::WAIT_LIMIT, what, PgFactory::from_env().pg_storage()).await
+    {
         Ok(s) => Some(s),
         Err(e) if e.downcast_ref::<brokertest::Unavailable>().is_some() => {
             if brokertest::require_db() {
@@ -48,8 +51,8 @@ pub async fn handle(
     clock: &ManualClock,
     tune: impl FnOnce(PgOptions) -> PgOptions,
 ) -> Result<PgBroker, BoxError> {
-    let broker = tune(s.options()?).connect().await?;
-    broker.init(options(clock)).await?;
+    let broker = brokertest::within(WAIT_LIMIT, "connect", tune(s.options()?).connect()).await?;
+    brokertest::within(WAIT_LIMIT, "init", broker.init(options(clock))).await?;
     Ok(broker)
 }
 
@@ -98,6 +101,28 @@ where
     false
 }
 
+/// True when a session of `application_name` waits for a lock.
+pub async fn lock_waiters(s: &PgStorage, application_name: &str) -> bool {
+    let Ok(mut conn) = s.admin().await else { return false };
+    let n: Result<i64, _> = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+         AND wait_event_type = 'Lock'",
+    )
+    .bind(application_name)
+    .fetch_one(&mut conn)
+    .await;
+    n.is_ok_and(|n| n > 0)
+}
+
+/// Waits (up to [`WAIT_LIMIT`]) until a session of `application_name` waits for a lock;
+/// panics naming `what` otherwise. The deterministic signal that a racing call reached its
+/// lock wait (instead of a sleep that may be too short on a loaded machine).
+pub async fn until_lock_wait(s: &PgStorage, application_name: &str, what: &str) {
+    if !eventually(WAIT_LIMIT, || lock_waiters(s, application_name)).await {
+        panic!("{what}: no session of {application_name} waited for a lock within {WAIT_LIMIT:?}");
+    }
+}
+
 /// The median of some durations.
 pub fn median(mut d: Vec<Duration>) -> Duration {
     d.sort_unstable();
@@ -106,10 +131,10 @@ pub fn median(mut d: Vec<Duration>) -> Duration {
 
 /// Closes handles (errors ignored) and drops the storage's tables.
 pub async fn finish(s: PgStorage, handles: &[&PgBroker]) -> Result<(), BoxError> {
-    for h in handles {
-        h.close().await?;
+    for (k, h) in handles.iter().enumerate() {
+        brokertest::within(WAIT_LIMIT, format!("close of handle {k}"), h.close()).await?;
     }
-    brokertest_cleanup(&s).await
+    brokertest::within(WAIT_LIMIT, "the storage's cleanup", brokertest_cleanup(&s)).await
 }
 
 async fn brokertest_cleanup(s: &PgStorage) -> Result<(), BoxError> {

@@ -1,8 +1,8 @@
 //! Retention (extensions §E16, docs/decisions.md): one bounded batch of deletions per
-//! transaction — old terminal tasks no live task depends on; keyed chains whole or not at all;
-//! every candidate locked and qualified again before it goes.
+//! transaction — old terminal tasks no live task depends on; key-less replay chains and keyed
+//! chains whole or not at all; every candidate locked and qualified again before it goes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use taskgate::{PruneRequest, Status};
 
@@ -50,18 +50,34 @@ pub(crate) async fn prune_batch(
     }
     let budget = budget.min(PRUNE_BATCH);
     let mut ids = unkeyed(tx, req, statuses, budget).await?;
-    let mut chains = Vec::new();
-    if req.include_keyed && ids.len() < budget {
-        chains = keyed_chains(tx, req, statuses, budget - ids.len()).await?;
+    let mut replays = Vec::new();
+    if ids.len() < budget {
+        replays = replay_chains(tx, req, statuses, budget - ids.len()).await?;
     }
-    let mut all: Vec<&str> =
-        ids.iter().chain(chains.iter().flat_map(|(_, c)| c)).map(String::as_str).collect();
+    let taken = ids.len() + replays.iter().map(Vec::len).sum::<usize>();
+    let mut chains = Vec::new();
+    if req.include_keyed && taken < budget {
+        chains = keyed_chains(tx, req, statuses, budget - taken).await?;
+    }
+    let mut all: Vec<&str> = ids
+        .iter()
+        .chain(replays.iter().flatten())
+        .chain(chains.iter().flat_map(|(_, c)| c))
+        .map(String::as_str)
+        .collect();
     all.sort_unstable();
     for chunk in all.chunks(500) {
         lock_statuses(tx, chunk).await?;
     }
     let still = still_qualifying(tx, req, statuses, &all).await?;
     ids.retain(|id| still.contains(id));
+    let replayed = replayed_tails(tx, &replays).await?;
+    for chain in replays {
+        let whole = chain.last().is_some_and(|tail| !replayed.contains(tail));
+        if whole && chain.iter().all(|id| still.contains(id)) {
+            ids.extend(chain);
+        }
+    }
     for (key, chain) in std::mem::take(&mut chains) {
         if chain.iter().all(|id| still.contains(id)) && chain_len(tx, &key).await? == chain.len() {
             ids.extend(chain);
@@ -71,6 +87,7 @@ pub(crate) async fn prune_batch(
     Ok(u64::try_from(ids.len()).unwrap_or(u64::MAX))
 }
 
+/// Key-less tasks outside every replay chain (they replay nothing and nothing replays them).
 async fn unkeyed(
     tx: &mut Tx<'_>,
     req: &PruneRequest,
@@ -78,12 +95,95 @@ async fn unkeyed(
     limit: usize,
 ) -> Result<Vec<String>, TxFail> {
     let sql = tx.core.render(&format!(
-        "SELECT id FROM {{tasks}} WHERE business_key = '' AND {} ORDER BY finished_at, id LIMIT ?",
+        "SELECT id FROM {{tasks}} WHERE business_key = '' AND replay_of = '' AND id NOT IN \
+         (SELECT replay_of FROM {{tasks}} WHERE replay_of <> '') AND {} \
+         ORDER BY finished_at, id LIMIT ?",
         qualifies(statuses.len())
     ));
     let mut args = qualify_args(req, statuses);
     args.push(Value::Int(i64::try_from(limit).unwrap_or(i64::MAX)));
     texts(tx.fetch(&sql, &args, &[Kind::Text]).await?)
+}
+
+/// Whole key-less replay chains (a task and the executions replaying it, in chain order) whose
+/// every execution qualifies, while they fit in `room`.
+///
+/// Every replay link of key-less tasks is read at once (PostgreSQL and SQLite read them from
+/// the partial `uq_replay_of` index); a chain starts at a target that replays nothing stored.
+async fn replay_chains(
+    tx: &mut Tx<'_>,
+    req: &PruneRequest,
+    statuses: &[Status],
+    mut room: usize,
+) -> Result<Vec<Vec<String>>, TxFail> {
+    let sql = tx
+        .core
+        .sql("SELECT id, replay_of FROM {tasks} WHERE business_key = '' AND replay_of <> ''");
+    let links = tx.fetch(&sql, &[], &[Kind::Text, Kind::Text]).await?;
+    if links.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut replay_of_target: HashMap<String, String> = HashMap::with_capacity(links.len());
+    for row in &links {
+        let c = Cols(row);
+        replay_of_target.insert(c.text(1)?, c.text(0)?);
+    }
+    let replays: HashSet<&str> = replay_of_target.values().map(String::as_str).collect();
+    let mut roots: Vec<&str> =
+        replay_of_target.keys().map(String::as_str).filter(|t| !replays.contains(t)).collect();
+    roots.sort_unstable();
+    let mut stored_roots = HashSet::new();
+    for chunk in roots.chunks(500) {
+        let sql = tx.core.render(&format!(
+            "SELECT id FROM {{tasks}} WHERE business_key = '' AND id IN ({})",
+            placeholders(chunk.len())
+        ));
+        let args: Vec<Value> = chunk.iter().map(|id| Value::from(*id)).collect();
+        stored_roots.extend(texts(tx.fetch(&sql, &args, &[Kind::Text]).await?)?);
+    }
+    let mut chains = Vec::new();
+    for root in roots {
+        // A replay whose target is gone (stored before replay chains went whole) starts it.
+        let mut chain: Vec<String> = Vec::new();
+        if stored_roots.contains(root) {
+            chain.push(root.to_owned());
+        }
+        let mut last = root;
+        while let Some(next) = replay_of_target.get(last) {
+            chain.push(next.clone());
+            last = next;
+        }
+        chains.push(chain);
+    }
+    let members: Vec<&str> = chains.iter().flatten().map(String::as_str).collect();
+    let qualifying = still_qualifying(tx, req, statuses, &members).await?;
+    let mut fitting = Vec::new();
+    for chain in chains {
+        if chain.len() <= room && chain.iter().all(|id| qualifying.contains(id)) {
+            room -= chain.len();
+            fitting.push(chain);
+        }
+    }
+    Ok(fitting)
+}
+
+/// The tails of `chains` (locked by the caller) that some execution replays by now: a replay
+/// committed since the chains were read makes its chain longer, so it may not go.
+async fn replayed_tails(
+    tx: &mut Tx<'_>,
+    chains: &[Vec<String>],
+) -> Result<HashSet<String>, TxFail> {
+    let tails: Vec<&str> = chains.iter().filter_map(|c| c.last()).map(String::as_str).collect();
+    let mut replayed = HashSet::new();
+    for chunk in tails.chunks(500) {
+        let sql = tx.core.render(&format!(
+            "SELECT replay_of FROM {{tasks}} WHERE replay_of IN ({})",
+            placeholders(chunk.len())
+        ));
+        let args: Vec<Value> = chunk.iter().map(|id| Value::from(*id)).collect();
+        replayed.extend(texts(tx.fetch(&sql, &args, &[Kind::Text]).await?)?);
+    }
+    Ok(replayed)
 }
 
 /// Whole chains `(key, ids)` whose every execution qualifies, while they fit in `room`.

@@ -31,8 +31,9 @@ impl TempDb {
 
     /// A new broker instance on the file, initialised with `options`.
     pub async fn broker(&self, options: BrokerOptions) -> TestResult<Arc<SqliteBroker>> {
-        let broker = SqliteOptions::new(&self.path).open().await?;
-        broker.init(options).await?;
+        let open = SqliteOptions::new(&self.path).open();
+        let broker = brokertest::within(brokertest::WAIT_LIMIT, "open", open).await?;
+        brokertest::within(brokertest::WAIT_LIMIT, "init", broker.init(options)).await?;
         Ok(Arc::new(broker))
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use taskgate::{Broker, Clock, Error, FailKind, Failure, Filter, ManualClock, Task};
 
 use super::record::{Act, Recorder, Res, Rng};
-use crate::SAFETY_TIMEOUT;
+use crate::model::exec::CALL_LIMIT;
 
 /// The two queues of a history.
 pub(crate) const HISTORY_QUEUES: [&str; 2] = ["ha", "hb"];
@@ -56,8 +56,11 @@ pub(crate) struct World {
     pub(crate) actions: AtomicU64,
     /// `actions` at the reaper's last tick (workers wait when they run too far ahead).
     pub(crate) ticked_at: AtomicU64,
-    /// Calls that did not answer within the safety timeout, and properties broken mid-run.
+    /// Calls that did not answer within their limit, and properties broken mid-run.
     pub(crate) hangs: std::sync::Mutex<Vec<String>>,
+    /// Set when a call hung: every actor stops at its next step, so the round ends at once
+    /// and reports the hang instead of waiting out every other call.
+    pub(crate) hung: AtomicBool,
 }
 
 impl World {
@@ -70,28 +73,49 @@ impl World {
             actions: AtomicU64::new(0),
             ticked_at: AtomicU64::new(0),
             hangs: Default::default(),
+            hung: AtomicBool::new(false),
         }
     }
 
-    pub(crate) fn hung(&self, what: String) {
+    /// Records a property broken mid-run.
+    pub(crate) fn violation(&self, what: String) {
         self.hangs.lock().unwrap_or_else(|p| p.into_inner()).push(what);
+    }
+
+    /// Records a call that did not answer and stops every actor.
+    pub(crate) fn hung(&self, what: String) {
+        self.violation(what);
+        self.halt();
+    }
+
+    /// Stops every actor at its next step.
+    pub(crate) fn halt(&self) {
+        self.hung.store(true, Ordering::SeqCst);
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// True once a call hung: actors stop.
+    pub(crate) fn halted(&self) -> bool {
+        self.hung.load(Ordering::SeqCst)
     }
 }
 
-/// Awaits `call`, or drops it after `drop_after` (the outcome is then unknown).
+/// Awaits `call`, or drops it after `drop_after` (the outcome is then unknown). A call not
+/// dropped on purpose that does not answer within [`CALL_LIMIT`] is a hang: `what()` names the
+/// actor, the call and its task, and every actor stops.
 async fn call<T>(
     world: &World,
-    what: &str,
+    what: impl FnOnce() -> String,
     drop_after: Option<Duration>,
     fut: impl Future<Output = taskgate::Result<T>>,
 ) -> Result<T, Res> {
-    let limit = drop_after.unwrap_or(SAFETY_TIMEOUT);
+    let limit = drop_after.unwrap_or(CALL_LIMIT);
     match tokio::time::timeout(limit, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(Res::Err(e.kind())),
         Err(_) if drop_after.is_some() => Err(Res::Dropped),
         Err(_) => {
-            world.hung(format!("{what} did not answer within {SAFETY_TIMEOUT:?}"));
+            world.hung(format!("{} did not answer within {CALL_LIMIT:?}", what()));
             Err(Res::Dropped)
         }
     }
@@ -109,19 +133,23 @@ pub(crate) async fn producer(
     mut rng: Rng,
 ) {
     for p in &plan {
+        if world.halted() {
+            return;
+        }
         let task = Task::new("h", p.queue)
             .with_id(p.id.clone())
             .with_depends_on(p.parents.clone())
             .with_max_retry(p.max_retry);
         let start = world.recorder.start();
-        let r = call(&world, "enqueue", None, broker.enqueue(&task)).await;
+        let r = call(&world, || format!("producer: enqueue {}", p.id), None, broker.enqueue(&task))
+            .await;
         world.recorder.finish("producer", Act::Enqueue, &p.id, "", start, res(&r));
         tokio::task::yield_now().await;
     }
     for _ in 0..2 {
         let id = &plan[rng.below(plan.len())].id;
         let start = world.recorder.start();
-        let r = call(&world, "cancel", None, broker.cancel(id)).await;
+        let r = call(&world, || format!("producer: cancel {id}"), None, broker.cancel(id)).await;
         world.recorder.finish("producer", Act::Cancel, id, "", start, res(&r));
     }
 }
@@ -140,7 +168,7 @@ pub(crate) async fn reaper(broker: Arc<dyn Broker>, world: Arc<World>, mut rng: 
         world.clock.advance(Duration::from_secs(20));
         snapshot_converged(&*broker, &world).await;
         let start = world.recorder.start();
-        let r = call(&world, "reap_expired", None, broker.reap_expired()).await;
+        let r = call(&world, || "reaper: reap_expired".into(), None, broker.reap_expired()).await;
         if let Ok(n) = &r {
             world.reaped.fetch_add(*n, Ordering::SeqCst);
         }
@@ -151,11 +179,10 @@ pub(crate) async fn reaper(broker: Arc<dyn Broker>, world: Arc<World>, mut rng: 
 /// A list is one atomic read and propagation is atomic with the write that finished a parent,
 /// so every snapshot is converged — checked before each reap, whose repair would heal a miss.
 async fn snapshot_converged(broker: &dyn Broker, world: &World) {
-    if let Ok(Ok(tasks)) =
-        tokio::time::timeout(SAFETY_TIMEOUT, broker.list(&Filter::default())).await
-    {
+    let list = call(world, || "reaper: list".into(), None, broker.list(&Filter::default())).await;
+    if let Ok(tasks) = list {
         for v in super::verify::converged(&tasks) {
-            world.hung(format!("mid-run snapshot: {v}"));
+            world.violation(format!("mid-run snapshot: {v}"));
         }
     }
 }
@@ -172,6 +199,9 @@ pub(crate) struct Worker {
 impl Worker {
     pub(crate) async fn run(mut self, ops: usize) -> Vec<(String, String)> {
         for _ in 0..ops {
+            if self.world.halted() {
+                break;
+            }
             self.keep_pace().await;
             self.world.actions.fetch_add(1, Ordering::SeqCst);
             match self.rng.below(100) {
@@ -211,17 +241,16 @@ impl Worker {
         };
         let max = 1 + self.rng.below(2);
         let start = self.world.recorder.start();
-        let r =
-            call(&self.world, "try_dequeue_many", None, self.broker.try_dequeue_many(&queues, max))
-                .await;
+        let what = || format!("{}: try_dequeue_many {queues:?}", self.name);
+        let r = call(&self.world, what, None, self.broker.try_dequeue_many(&queues, max)).await;
         self.record_claims(start, r);
     }
 
     async fn claim_and_drop(&mut self) {
         let wait = Duration::from_millis(u64::try_from(self.rng.below(3)).unwrap_or(0));
         let start = self.world.recorder.start();
-        let r =
-            call(&self.world, "dequeue", Some(wait), self.broker.dequeue(&HISTORY_QUEUES)).await;
+        let what = || format!("{}: dequeue", self.name);
+        let r = call(&self.world, what, Some(wait), self.broker.dequeue(&HISTORY_QUEUES)).await;
         self.record_claims(start, r.map(|t| vec![t]));
     }
 
@@ -282,11 +311,12 @@ impl Worker {
         let failure = self.failure();
         let b = &self.broker;
         let w = &self.world;
+        let what = || format!("{}: {act:?} {id}", self.name);
         match act {
-            Act::Heartbeat => call(w, "heartbeat", drop_after, b.heartbeat(id, token)).await,
-            Act::Ack => call(w, "ack", drop_after, b.ack(id, token, None)).await,
-            Act::Fail => call(w, "fail", drop_after, b.fail(id, token, failure)).await,
-            _ => call(w, "requeue", drop_after, b.requeue(id, token)).await,
+            Act::Heartbeat => call(w, what, drop_after, b.heartbeat(id, token)).await,
+            Act::Ack => call(w, what, drop_after, b.ack(id, token, None)).await,
+            Act::Fail => call(w, what, drop_after, b.fail(id, token, failure)).await,
+            _ => call(w, what, drop_after, b.requeue(id, token)).await,
         }
     }
 
@@ -301,8 +331,8 @@ impl Worker {
 
     async fn finish_canceled(&mut self, id: &str, token: &str) {
         let start = self.world.recorder.start();
-        let r = call(&self.world, "finish_canceled", None, self.broker.finish_canceled(id, token))
-            .await;
+        let what = || format!("{}: finish_canceled {id}", self.name);
+        let r = call(&self.world, what, None, self.broker.finish_canceled(id, token)).await;
         self.world.recorder.finish(&self.name, Act::FinishCanceled, id, token, start, res(&r));
     }
 }
@@ -316,7 +346,8 @@ pub(crate) async fn release(
 ) {
     for (id, token) in held {
         let start = world.recorder.start();
-        let r = call(world, "requeue", None, broker.requeue(&id, &token)).await;
+        let r = call(world, || format!("{name}: requeue {id}"), None, broker.requeue(&id, &token))
+            .await;
         world.recorder.finish(name, Act::Requeue, &id, &token, start, res(&r));
     }
 }
@@ -330,7 +361,8 @@ pub(crate) async fn drain(broker: &dyn Broker, world: &World, rounds: usize) -> 
         for t in &claimed {
             world.recorder.finish("drain", Act::Claim, &t.id, &t.lease_token, claim_start, Res::Ok);
             let start = world.recorder.start();
-            let r = call(world, "ack", None, broker.ack(&t.id, &t.lease_token, None)).await;
+            let what = || format!("drain: ack {}", t.id);
+            let r = call(world, what, None, broker.ack(&t.id, &t.lease_token, None)).await;
             world.recorder.finish("drain", Act::Ack, &t.id, &t.lease_token, start, res(&r));
         }
         if claimed.is_empty() {

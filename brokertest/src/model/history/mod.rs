@@ -19,6 +19,12 @@
 //! * Counts equal a re-aggregation of List;
 //! * no child was claimed before all its parents were acked, a completed child has completed
 //!   parents, and a child of a failed or cancelled parent is cancelled.
+//!
+//! Deadlines: a call not dropped on purpose has 30 s; the first that hangs is reported with its
+//! actor, call and task (`w2: Ack h05 did not answer within 30s`) and stops every actor, so
+//! the round ends at once. A round's actors have 180 s (an actor still running is named),
+//! opening, checking and closing [`WAIT_LIMIT`] per step, and the whole run a watchdog that
+//! names the round and phase.
 
 mod actors;
 mod record;
@@ -34,13 +40,18 @@ use taskgate::{BoxError, Broker, BrokerOptions, Clock, Filter, ManualClock, Task
 use actors::{drain, plan, producer, reaper, release, Worker, World};
 use record::{Act, Record, Res, Rng};
 
-use super::exec::bounded;
-use crate::{Factory, Storage};
+use super::exec::{bounded, bounded_by};
+use crate::deadline::Watchdog;
+use crate::{Factory, Storage, WAIT_LIMIT};
 
 /// Environment variable overriding the number of rounds.
 pub const ROUNDS_VAR: &str = "TASKGATE_HISTORY_ROUNDS";
 /// Environment variable fixing the seed of the first round.
 pub const HISTORY_SEED_VAR: &str = "TASKGATE_HISTORY_SEED";
+
+/// The bound on one round's actors (a MariaDB round takes about 2 s); past it the round fails
+/// naming the actors still running. Every call has its own, shorter, limit.
+const ROUND_LIMIT: Duration = Duration::from_secs(180);
 
 /// The size of a history check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,11 +161,17 @@ pub fn run_history_check<F: Factory + 'static>(
         report.skipped = Some(why);
         return Ok(report);
     }
+    eprintln!("history check against {backend}: seed {seed} ({HISTORY_SEED_VAR}={seed})");
+    // Each round: its actors, then checks, opening and closing handles.
+    let limit = (ROUND_LIMIT + 4 * WAIT_LIMIT).saturating_mul(config.rounds.max(1));
+    let watchdog = Watchdog::arm(format!("history check against {backend} (seed {seed})"), limit);
     for round in 1..=config.rounds {
         let round_seed = seed.wrapping_add(u64::from(round - 1));
-        let records = rt.block_on(run_round(&factory, &config, round_seed)).map_err(|v| {
-            HistoryFailure { backend: backend.clone(), seed: round_seed, round, violations: v }
-        })?;
+        let doing = |what: &str| watchdog.doing(format!("round {round}: {what}"));
+        let records =
+            rt.block_on(run_round(&factory, &config, round_seed, &doing)).map_err(|v| {
+                HistoryFailure { backend: backend.clone(), seed: round_seed, round, violations: v }
+            })?;
         tally(&mut report, &records.0);
         report.reaped += records.1;
         report.rounds = round;
@@ -221,18 +238,29 @@ struct Round {
 }
 
 impl Round {
-    async fn open(&mut self) -> Result<Arc<dyn Broker>, BoxError> {
-        let handle = self.storage.handle().await?;
-        handle.init(self.options.clone()).await?;
+    async fn open(&mut self, who: &str) -> Result<Arc<dyn Broker>, String> {
+        let open_err = |e: BoxError| format!("cannot open a handle for {who}: {e}");
+        let what = format!("a handle for {who}");
+        let handle =
+            bounded_by(WAIT_LIMIT, &what, self.storage.handle()).await?.map_err(open_err)?;
+        let what = format!("init of {who}'s handle");
+        bounded_by(WAIT_LIMIT, &what, handle.init(self.options.clone()))
+            .await?
+            .map_err(|e| open_err(e.into()))?;
         self.handles.push(handle.clone());
         Ok(handle)
     }
 
     async fn close(self) -> Result<(), String> {
-        for handle in &self.handles {
-            handle.close().await.map_err(|e| format!("close failed: {e}"))?;
+        for (k, handle) in self.handles.iter().enumerate() {
+            let what = format!("close of handle {k}");
+            bounded_by(WAIT_LIMIT, &what, handle.close())
+                .await?
+                .map_err(|e| format!("close failed: {e}"))?;
         }
-        self.storage.cleanup().await.map_err(|e| format!("cleanup failed: {e}"))
+        bounded_by(WAIT_LIMIT, "the storage's cleanup", self.storage.cleanup())
+            .await?
+            .map_err(|e| format!("cleanup failed: {e}"))
     }
 }
 
@@ -240,9 +268,12 @@ async fn run_round(
     factory: &dyn Factory,
     config: &HistoryConfig,
     seed: u64,
+    doing: &dyn Fn(&str),
 ) -> Result<(Vec<Record>, u64), Vec<String>> {
+    doing("creating storage");
     let storage =
-        factory.storage().await.map_err(|e| vec![format!("cannot create storage: {e}")])?;
+        bounded_by(WAIT_LIMIT, "new storage", factory.storage()).await.map_err(|e| vec![e])?;
+    let storage = storage.map_err(|e| vec![format!("cannot create storage: {e}")])?;
     let clock = ManualClock::at_contract_epoch();
     let options = BrokerOptions {
         default_lease_ttl: Duration::from_secs(60),
@@ -253,7 +284,8 @@ async fn run_round(
     };
     let mut round = Round { storage, handles: Vec::new(), options };
     let world = Arc::new(World::new(clock));
-    let outcome = play(&mut round, &world, config, seed).await;
+    let outcome = play(&mut round, &world, config, seed, doing).await;
+    doing("closing handles, removing the storage");
     let closed = round.close().await;
     let mut violations = match outcome {
         Ok(v) => v,
@@ -268,30 +300,29 @@ async fn run_round(
     }
 }
 
-/// Runs the actors, then checks the history and the final state.
+/// Runs the actors, then checks the history and the final state (not after a hang: the round
+/// then reports the call that hung).
 async fn play(
     round: &mut Round,
     world: &Arc<World>,
     config: &HistoryConfig,
     seed: u64,
+    doing: &dyn Fn(&str),
 ) -> Result<Vec<String>, String> {
+    doing("opening handles");
     let mut rng = Rng::new(seed);
     let planned = plan(config.tasks, &mut rng);
-    let open_err = |e: BoxError| format!("cannot open a handle: {e}");
     let produce = tokio::spawn(producer(
-        round.open().await.map_err(open_err)?,
+        round.open("producer").await?,
         world.clone(),
         planned,
         Rng::new(rng.next()),
     ));
-    let reap = tokio::spawn(reaper(
-        round.open().await.map_err(open_err)?,
-        world.clone(),
-        Rng::new(rng.next()),
-    ));
+    let reap =
+        tokio::spawn(reaper(round.open("reaper").await?, world.clone(), Rng::new(rng.next())));
     let mut workers = Vec::new();
     for k in 0..config.workers {
-        let broker = round.open().await.map_err(open_err)?;
+        let broker = round.open(&format!("w{k}")).await?;
         let worker = Worker {
             name: format!("w{k}"),
             broker: broker.clone(),
@@ -301,22 +332,51 @@ async fn play(
         };
         workers.push((broker, tokio::spawn(worker.run(config.ops_per_worker))));
     }
+    doing("actors running");
+    let deadline = tokio::time::Instant::now() + ROUND_LIMIT;
     let mut held = Vec::new();
+    let halt = |e: String| {
+        world.halt();
+        e
+    };
     for (k, (broker, join)) in workers.into_iter().enumerate() {
-        held.push((k, broker, join.await.map_err(|e| format!("worker w{k} panicked: {e}"))?));
+        let leases = joined(deadline, &format!("worker w{k}"), join).await.map_err(halt)?;
+        held.push((k, broker, leases));
     }
-    produce.await.map_err(|e| format!("producer panicked: {e}"))?;
+    joined(deadline, "the producer", produce).await.map_err(halt)?;
     world.stop.store(true, Ordering::SeqCst);
-    reap.await.map_err(|e| format!("reaper panicked: {e}"))?;
+    joined(deadline, "the reaper", reap).await.map_err(halt)?;
+    if world.halted() {
+        return Ok(Vec::new());
+    }
+    doing("releasing the workers' leases");
     for (k, broker, leases) in held {
         release(&*broker, world, &format!("w{k}"), leases).await;
     }
-    let checker = round.open().await.map_err(open_err)?;
+    doing("checking the final state");
+    let checker = round.open("the checker").await?;
     check(&*checker, world).await
 }
 
+/// An actor's result, by `deadline` (the round's limit).
+async fn joined<T>(
+    deadline: tokio::time::Instant,
+    actor: &str,
+    join: tokio::task::JoinHandle<T>,
+) -> Result<T, String> {
+    let abort = join.abort_handle();
+    match tokio::time::timeout_at(deadline, join).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{actor} panicked: {e}")),
+        Err(_) => {
+            abort.abort();
+            Err(format!("{actor} still running {ROUND_LIMIT:?} after the round started"))
+        }
+    }
+}
+
 async fn list(broker: &dyn Broker) -> Result<Vec<Task>, String> {
-    match bounded(broker.list(&Filter::default())).await? {
+    match bounded("list", broker.list(&Filter::default())).await? {
         Ok(tasks) => Ok(tasks),
         Err(e) => Err(format!("list failed: {e}")),
     }
@@ -327,9 +387,12 @@ async fn check(broker: &dyn Broker, world: &World) -> Result<Vec<String>, String
     let mut violations = settle(broker, world).await?;
     violations.extend(verify::converged(&list(broker).await?));
     world.clock.advance(Duration::from_secs(61));
-    bounded(broker.reap_expired()).await?.map_err(|e| format!("reap failed: {e}"))?;
+    bounded("reap_expired", broker.reap_expired())
+        .await?
+        .map_err(|e| format!("reap failed: {e}"))?;
     violations.extend(verify::terminal_or_claimable(&list(broker).await?));
-    bounded(drain(broker, world, 200)).await?.map_err(|e| format!("drain failed: {e}"))?;
+    let drained = bounded_by(WAIT_LIMIT, "the final drain", drain(broker, world, 200)).await?;
+    drained.map_err(|e| format!("drain failed: {e}"))?;
     let tasks = list(broker).await?;
     let stuck: Vec<String> = tasks
         .iter()
@@ -339,7 +402,8 @@ async fn check(broker: &dyn Broker, world: &World) -> Result<Vec<String>, String
     if !stuck.is_empty() {
         violations.push(format!("lost wake-up: never finished after draining: {stuck:?}"));
     }
-    let counts = bounded(broker.counts()).await?.map_err(|e| format!("counts failed: {e}"))?;
+    let counts =
+        bounded("counts", broker.counts()).await?.map_err(|e| format!("counts failed: {e}"))?;
     violations.extend(verify::counts_match(&counts, &tasks));
     let records = world.recorder.all();
     violations.extend(verify::exclusive_leases(&records));
