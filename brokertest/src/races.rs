@@ -340,7 +340,7 @@ async fn enqueue_race(
     second: Task,
 ) -> (taskgate::Result<Task>, Seen) {
     let (a, b) = (pair.a(), pair.b());
-    let mut held = hold_a(pair, "enqueue");
+    let mut held = hold_a(pair, "enqueue_many");
     let a_call = spawn(async move { a.enqueue(&first).await });
     held.entered().await;
     let b_call = spawn(async move { b.enqueue(&second).await });
