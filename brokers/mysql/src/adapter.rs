@@ -202,6 +202,12 @@ impl Session for MySqlSession {
     async fn close(self: Box<Self>) -> DbResult<()> {
         self.conn.close().await
     }
+
+    async fn migration_vars(&mut self) -> DbResult<Vec<(String, String)>> {
+        // `{nopad_bin}` (migration 0003): the NO PAD binary collation of this server.
+        let collation = crate::server::nopad_of(&mut self.conn).await?;
+        Ok(vec![("nopad_bin".to_owned(), collation.to_owned())])
+    }
 }
 
 /// `pool.begin()` on a task of its own, so it always runs to completion.

@@ -1,4 +1,4 @@
-//! [`MySqlDialect`]: what MySQL 8.0+ and MariaDB 10.6+ say differently from the other SQL
+//! [`MySqlDialect`]: what MySQL 8.0.17+ and MariaDB 10.6+ say differently from the other SQL
 //! databases — `?` placeholders never reused, the server clock in milliseconds, `FOR UPDATE
 //! SKIP LOCKED` claims, the flag-independent two-step quota, `GET_LOCK` for migrations, and
 //! error classification by the server's error number.
@@ -161,7 +161,8 @@ impl Dialect for MySqlDialect {
     }
 
     fn table_options(&self) -> &'static str {
-        // As every table of the migrations: byte-compared utf8mb4 in InnoDB.
+        // The runner's own table (`schema_migrations`, no names compared): utf8mb4 in InnoDB,
+        // as migrations 0001–0002 created every table (0003 moves the name columns to NO PAD).
         " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
     }
 

@@ -1,11 +1,16 @@
-//! `taskgate-mysql`: the taskgate broker on MySQL 8.0+ and MariaDB 10.6+ (InnoDB).
+//! `taskgate-mysql`: the taskgate broker on MySQL 8.0.17+ and MariaDB 10.6+ (InnoDB).
 //!
 //! All broker logic is the shared SQL engine ([`taskgate_sql::SqlBroker`]); this crate supplies
 //! what is MySQL's own:
 //!
 //! * **Sessions** at READ COMMITTED with `innodb_lock_wait_timeout` 5 s (unless the URL sets
-//!   `?innodb_lock_wait_timeout=N`), `utf8mb4` with the `utf8mb4_bin` collation, UTC. At the
-//!   default REPEATABLE READ, concurrent inserts and completions deadlock on gap locks.
+//!   `?innodb_lock_wait_timeout=N`), `utf8mb4` with the server's NO PAD binary collation, UTC.
+//!   At the default REPEATABLE READ, concurrent inserts and completions deadlock on gap locks.
+//! * **Names compare by bytes**: every column holding an ID, type, queue, business key, owner
+//!   or lease token uses the server's NO PAD binary collation (migration 0003;
+//!   [`nopad_collation`] picks it from `SELECT VERSION()`: MariaDB `utf8mb4_nopad_bin`, MySQL
+//!   8.0.17+ `utf8mb4_0900_bin`). `utf8mb4_bin` is PAD SPACE on both servers and would make
+//!   `"q "` the same queue as `"q"`.
 //! * **The retry loop's classification** on the server's error number (never message text):
 //!   1213 (deadlock) retried at once up to 5 attempts, 1205 (lock wait timeout) once more,
 //!   everything else returned as it is. A connection lost *before* COMMIT (killed, server
@@ -33,7 +38,9 @@
 //! Every statement is accepted by both. Differences that matter: MariaDB's 1062 message names
 //! the key without its table (`for key 'p_uq_chain_head'`, MySQL 8: `'p_tasks.p_uq_chain_head'`);
 //! `SKIP LOCKED` needs MySQL 8.0 / MariaDB 10.6; MariaDB would allow `ADD COLUMN IF NOT
-//! EXISTS`, MySQL does not, so migrations swallow 1060/1061/1091 instead.
+//! EXISTS`, MySQL does not, so migrations swallow 1060/1061/1091 instead; the NO PAD binary
+//! collation is `utf8mb4_nopad_bin` on MariaDB and `utf8mb4_0900_bin` on MySQL (8.0.17+, the
+//! oldest MySQL taskgate runs on).
 //!
 //! # Limits
 //!
@@ -57,6 +64,7 @@ mod codec;
 pub mod dialect;
 mod migrations;
 mod options;
+mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -73,6 +81,8 @@ pub use crate::options::{
     MySqlOptions, DEFAULT_LOCK_WAIT_TIMEOUT_SECS, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
     DEFAULT_PREFIX, LOCK_WAIT_TIMEOUT_PARAM,
 };
+use crate::server::ServerInfo;
+pub use crate::server::{nopad_collation, MARIADB_NOPAD_BIN, MYSQL_NOPAD_BIN};
 
 /// The backend's name in errors and reports.
 pub const NAME: &str = "mysql";
@@ -108,7 +118,7 @@ impl MySqlBroker {
 
     fn build(options: MySqlOptions) -> Result<MySqlBroker> {
         let health = Arc::new(Health::default());
-        let pool = options.pool(health.clone());
+        let pool = options.pool(health.clone(), Arc::new(ServerInfo::default()));
         let adapter: Arc<dyn taskgate_sql::Adapter> =
             Arc::new(MySqlAdapter::new(pool.clone(), health));
         #[cfg(feature = "test-hooks")]

@@ -1,4 +1,4 @@
-//! IDs on MySQL compare by bytes (`utf8mb4_bin`), hold 255 characters of any width, and a
+//! IDs on MySQL compare by bytes (the server's NO PAD binary collation), hold 255 characters of any width, and a
 //! 256-character name is refused before any statement reaches the server.
 
 mod common;

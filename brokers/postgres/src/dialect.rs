@@ -219,7 +219,7 @@ mod tests {
         assert!(!ddl.contains("{prefix}"));
         let versions: Vec<(i64, &str)> =
             crate::MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
-        assert_eq!(versions, vec![(1, "initial"), (2, "steps_pause_owner")]);
+        assert_eq!(versions, vec![(1, "initial"), (2, "steps_pause_owner"), (3, "names_by_bytes")]);
     }
 
     #[test]

@@ -63,6 +63,14 @@ pub trait Session: SqlConn {
 
     /// Closes the session (returns it to its pool or closes the connection).
     async fn close(self: Box<Self>) -> DbResult<()>;
+
+    /// The values of this backend's migration placeholders besides `{prefix}`, as
+    /// `(name, value)` pairs (`("nopad_bin", "utf8mb4_nopad_bin")` fills `{nopad_bin}`), read
+    /// from the server this session is connected to. Called once per migration run, before
+    /// any migration is applied. Default: none.
+    async fn migration_vars(&mut self) -> DbResult<Vec<(String, String)>> {
+        Ok(Vec::new())
+    }
 }
 
 /// What a backend crate implements to run the engine on its driver.

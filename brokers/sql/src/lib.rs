@@ -52,14 +52,15 @@
 //!
 //! Implement [`Adapter`] (one generic `execute`/`fetch` per driver; decode [`Kind::Int`] from
 //! any integer or boolean column type, [`Kind::Text`] from text or binary-collated strings;
-//! bind [`Value::Null`] with its kind's SQL type), implement [`Dialect`], write the two
+//! bind [`Value::Null`] with its kind's SQL type), implement [`Dialect`], write the
 //! migrations with the same numbers and names as `migrations/sqlite/`, and wrap [`SqlBroker`]
 //! ([`EngineConfig::migrate_on_init`] = true for server databases; [`EngineConfig::capabilities`]
 //! says what the backend declares). The schema must have the
 //! columns of [`row::TASK_COLUMNS`] plus `has_children` (integer, default 0: set on a task
 //! whenever it gets a child edge that is not done) and the tables `{prefix}tasks`, `{prefix}task_deps`,
 //! `{prefix}quota` (`qkey, win, used, period`) and `{prefix}paused_queues(queue, paused_at)`.
-//! IDs must compare by bytes (PostgreSQL: `COLLATE "C"`; MySQL: `utf8mb4_bin`). Statements the
+//! Names (IDs, types, queues, keys, owners, tokens) must compare by bytes, without padding
+//! (PostgreSQL: `COLLATE "C"`; MySQL/MariaDB: a NO PAD binary collation). Statements the
 //! engine runs, and what they need from indexes, are listed by [`SqlBroker::hot_statements`]
 //! (check them with `EXPLAIN` in a test, as `brokers/sqlite/tests/plans.rs` does).
 //!
@@ -89,7 +90,7 @@ pub use dialect::{
     placeholders, rewrite_placeholders, ClaimShape, DdlLock, Dialect, Placeholder, QuotaShape,
     RetryClass, TimeSource, UniqueTarget,
 };
-pub use migrate::{migrate, split_statements, Migration};
+pub use migrate::{migrate, split_statements, substitute, Migration};
 pub use plans::HotStatement;
 #[cfg(feature = "test-hooks")]
 pub use recording::{RecordingAdapter, StatementLog};

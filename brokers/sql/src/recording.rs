@@ -158,4 +158,8 @@ impl Session for Recorded<dyn Session> {
     async fn close(self: Box<Self>) -> DbResult<()> {
         self.inner.close().await
     }
+
+    async fn migration_vars(&mut self) -> DbResult<Vec<(String, String)>> {
+        self.inner.migration_vars().await
+    }
 }
