@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
 use sqlx::{Connection, Transaction};
-use taskgate_sql::{Adapter, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx};
+use taskgate_sql::{
+    Adapter, DbResult, Kind, Row, Session, SqlConn, StatementLimit, Value, WriteTx,
+};
 
 use crate::codec;
 use crate::dialect::is_connection_lost;
@@ -251,5 +253,19 @@ impl Adapter for MySqlAdapter {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    async fn statement_limit(&self) -> DbResult<Option<StatementLimit>> {
+        // The session value (read-only for a client) is the global value at connect time; a
+        // statement above it is refused with ER_NET_PACKET_TOO_LARGE and the connection lost.
+        let sql = "SELECT CAST(@@max_allowed_packet AS SIGNED)";
+        let rows = self.read(sql, &[], &[Kind::Int]).await?;
+        match rows.first().and_then(|r| r.first()) {
+            Some(Value::Int(bytes)) => Ok(Some(StatementLimit {
+                setting: "max_allowed_packet",
+                bytes: u64::try_from(*bytes).unwrap_or(0),
+            })),
+            other => Err(sqlx::Error::Protocol(format!("max_allowed_packet read as {other:?}"))),
+        }
     }
 }

@@ -45,8 +45,15 @@
 //! # Limits
 //!
 //! `id`, `type`, `queue` and `business_key` hold at most 255 characters (checked before any
-//! I/O, the same limit as every backend); payloads are bounded by the server's
-//! `max_allowed_packet`. A claim over several queues at once cannot walk the ready index in
+//! I/O, the same limit as every backend). A payload, result or cursor holds at most the
+//! configured `max_payload_bytes` (16 MiB) or the server's `max_allowed_packet` less 8 KiB,
+//! whichever is smaller: `init` reads `@@max_allowed_packet` (a client cannot raise its session
+//! value, and taskgate does not change the server's), [`Broker::limits`](taskgate::Broker::limits)
+//! reports the result, and a larger value is `InvalidInput` naming the limit and the setting.
+//! On MariaDB's default 16 MiB packet that is 16 MiB − 8 KiB; MySQL 8's default (64 MiB) keeps
+//! 16 MiB. The engine keeps every statement below the packet: a row with several values that
+//! large is inserted without them and each value follows in its own `UPDATE`, and batches
+//! (`enqueue_many`, `ack_many`) are split into as many statements as fit. A claim over several queues at once cannot walk the ready index in
 //! order and locks every ready row of those queues until it commits; single-queue claims lock
 //! only what they take.
 //!

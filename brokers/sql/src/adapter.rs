@@ -73,6 +73,17 @@ pub trait Session: SqlConn {
     }
 }
 
+/// A database server's limit on the size of one statement with its arguments (MySQL/MariaDB
+/// `max_allowed_packet`): the engine keeps every statement below it and lowers the payload
+/// limit so that a payload, result or cursor of the largest accepted size still fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatementLimit {
+    /// The server setting (`max_allowed_packet`).
+    pub setting: &'static str,
+    /// Its value in bytes, as this server applies it to a client's statements.
+    pub bytes: u64,
+}
+
 /// What a backend crate implements to run the engine on its driver.
 ///
 /// Connection policy is the adapter's: SQLite keeps one writer connection (every write
@@ -96,6 +107,13 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// A dedicated session for migrations.
     async fn session(&self) -> DbResult<Box<dyn Session>>;
+
+    /// The server's limit on one statement's size, read at every `init`; `None` (the default)
+    /// when statements are bounded by nothing a payload could reach (SQLite's 1 GB blobs,
+    /// PostgreSQL's 1 GB fields).
+    async fn statement_limit(&self) -> DbResult<Option<StatementLimit>> {
+        Ok(None)
+    }
 
     /// Closes the pools. Called once by the broker's `close`.
     async fn close(&self);

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
-    validate, AckItem, Broker, BrokerOptions, Capabilities, Counts, Error, Failure, Filter,
-    PruneRequest, QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task,
-    Timestamp,
+    validate, AckItem, Broker, BrokerOptions, Capabilities, Counts, Error, Failure, Filter, Limits,
+    PruneRequest, QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step,
+    StorageBound, Task, Timestamp,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
@@ -283,7 +283,19 @@ impl Broker for SqlBroker {
         if self.migrate_on_init && !self.migrated.load(Ordering::SeqCst) {
             self.migrate().await?;
         }
-        self.core.life.init(options.resolve())
+        let limit = self.core.adapter.statement_limit().await;
+        let limit = limit.map_err(|e| self.core.backend_error(e))?;
+        self.core.set_statement_limit(limit);
+        let mut resolved = options.resolve();
+        if let Some(limit) = limit {
+            // The largest value that still fits in one statement beside an ID (the engine
+            // splits statements that carry more, see `ops::enqueue::insert_rows`).
+            let fits = limit.bytes.saturating_sub(crate::core::BLOB_HEADROOM);
+            let bound = StorageBound { setting: limit.setting, value: limit.bytes };
+            let cap = usize::try_from(fits).unwrap_or(usize::MAX);
+            resolved.limits = resolved.limits.capped(cap, bound);
+        }
+        self.core.life.init(resolved)
     }
 
     async fn close(&self) -> Result<()> {
@@ -372,7 +384,10 @@ impl Broker for SqlBroker {
             .collect();
         let mut results = Vec::with_capacity(valid.len());
         for chunk in valid.chunks(self.ack_chunk()) {
-            let returning = self.core.dialect.update_returning();
+            // The one-statement form binds every result in one statement: with a server
+            // statement limit, the two-step form splits the write instead.
+            let returning =
+                self.core.dialect.update_returning() && self.core.statement_budget().is_none();
             let done = in_tx!(&self.core, &opts, "ack", |tx| async {
                 match returning {
                     true => ack::ack_many(&mut tx, chunk).await,
@@ -546,6 +561,10 @@ impl Broker for SqlBroker {
 
     fn capabilities(&self) -> Capabilities {
         self.capabilities
+    }
+
+    fn limits(&self) -> Result<Limits> {
+        Ok(self.opts()?.limits)
     }
 
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

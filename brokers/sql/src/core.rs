@@ -17,6 +17,29 @@ pub(crate) const MAX_TX_ATTEMPTS: u32 = 5;
 /// Attempts when the dialect says "retry at most once more" (MySQL 1205).
 pub(crate) const LIMITED_TX_ATTEMPTS: u32 = 2;
 
+/// Bytes a server's statement limit keeps free beside the largest accepted payload, result or
+/// cursor: what a one-value statement (`UPDATE … SET payload = ? WHERE id = ?`, an ack with
+/// its ID twice) needs besides the value itself, with room to spare.
+pub(crate) const BLOB_HEADROOM: u64 = 8 * 1024;
+/// Bytes of a statement limit kept free for the protocol's framing when the engine sizes a
+/// statement by its arguments ([`args_bytes`]).
+pub(crate) const STATEMENT_SLACK: u64 = 1024;
+
+/// About how many bytes `args` take in a prepared statement's execute packet, rounded up:
+/// each value with a 9-byte length prefix and 2 type bytes, plus the packet's header. The
+/// engine compares this with the server's statement limit.
+pub(crate) fn args_bytes(args: &[Value]) -> u64 {
+    let values: usize = args
+        .iter()
+        .map(|v| match v {
+            Value::Text(s) => s.len(),
+            Value::Bytes(b) => b.len(),
+            Value::Int(_) | Value::Null(_) => 8,
+        })
+        .sum();
+    u64::try_from(values + 11 * args.len() + 64).unwrap_or(u64::MAX)
+}
+
 /// Why a transaction body stopped: a driver error (classified by the retry loop) or a contract
 /// outcome (returned as is, after rollback).
 #[derive(Debug)]
@@ -67,6 +90,8 @@ pub(crate) struct Core {
     /// Claims in flight hold a read guard until their tasks are delivered or requeued;
     /// `close` takes the write side to wait for them.
     pub(crate) inflight: Arc<tokio::sync::RwLock<()>>,
+    /// The server's statement limit as read at the last `init` (`None`: unbounded).
+    statement_limit: RwLock<Option<crate::StatementLimit>>,
     sql_cache: RwLock<HashMap<(usize, usize), Arc<str>>>,
     sized_cache: RwLock<HashMap<SizedKey, Arc<str>>>,
     wake_sql: Option<String>,
@@ -92,6 +117,7 @@ impl Core {
             retries: AtomicU64::new(0),
             last_claim_full: std::sync::atomic::AtomicBool::new(false),
             inflight: Arc::new(tokio::sync::RwLock::new(())),
+            statement_limit: RwLock::new(None),
             sql_cache: RwLock::new(HashMap::new()),
             sized_cache: RwLock::new(HashMap::new()),
             wake_sql,
@@ -103,6 +129,18 @@ impl Core {
     /// The backend name for errors.
     pub(crate) fn name(&self) -> &'static str {
         self.dialect.name()
+    }
+
+    /// Records the server's statement limit (read by `init`).
+    pub(crate) fn set_statement_limit(&self, limit: Option<crate::StatementLimit>) {
+        *self.statement_limit.write().unwrap_or_else(|p| p.into_inner()) = limit;
+    }
+
+    /// How many argument bytes ([`args_bytes`]) one statement may carry, when the server
+    /// limits statements.
+    pub(crate) fn statement_budget(&self) -> Option<u64> {
+        let limit = *self.statement_limit.read().unwrap_or_else(|p| p.into_inner());
+        limit.map(|l| l.bytes.saturating_sub(STATEMENT_SLACK))
     }
 
     /// A driver error as the contract's storage failure.

@@ -45,6 +45,10 @@
 //!   ([`TimeSource::Local`]), else the server's, read once per transaction (piggybacked on the
 //!   first row lock where possible). `Broker::now` outside a transaction is one
 //!   `SELECT <server now>` read; a fail's `RetryAt::After` is resolved on the transaction's now.
+//! * A server that limits the size of one statement ([`Adapter::statement_limit`], MySQL's
+//!   `max_allowed_packet`) lowers the payload limit at `init` to what fits beside an ID, and
+//!   no statement goes over it: a row carrying more is inserted without its blobs, which follow
+//!   one `UPDATE` each; multi-row inserts, acks and a step's cursor are split to fit.
 //! * Argument checks are the core's (`taskgate::validate`), called before any transaction;
 //!   `enqueue` and `ack` are the trait's provided forms over `enqueue_many` / `ack_many`.
 //!
@@ -82,7 +86,7 @@ mod recording;
 pub mod row;
 mod value;
 
-pub use adapter::{Adapter, DbError, DbResult, Session, SqlConn, WriteTx};
+pub use adapter::{Adapter, DbError, DbResult, Session, SqlConn, StatementLimit, WriteTx};
 pub use broker::{EngineConfig, SqlBroker};
 #[cfg(feature = "test-hooks")]
 pub use core::BeforeCommitHook;
@@ -251,6 +255,11 @@ macro_rules! delegate_broker {
             }
             fn capabilities(&self) -> $crate::__private::taskgate::Capabilities {
                 $crate::__private::taskgate::Broker::capabilities(&self.$field)
+            }
+            fn limits(
+                &self,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Limits> {
+                $crate::__private::taskgate::Broker::limits(&self.$field)
             }
             fn quota_provider(&self) -> Option<&dyn $crate::__private::taskgate::QuotaProvider> {
                 $crate::__private::taskgate::Broker::quota_provider(&self.$field)

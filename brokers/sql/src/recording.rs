@@ -105,6 +105,10 @@ impl Adapter for RecordingAdapter {
     async fn close(&self) {
         self.inner.close().await;
     }
+
+    async fn statement_limit(&self) -> DbResult<Option<crate::StatementLimit>> {
+        self.inner.statement_limit().await
+    }
 }
 
 /// A write transaction or session whose statements are recorded.

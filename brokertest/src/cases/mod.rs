@@ -31,7 +31,7 @@ pub use deps::{c10_dep_wake, c11_cascade_cancel, c12_cancel_states};
 pub use identity::{c19_replay_basic, c20_replay_chain, c22_identity_race};
 pub use leases::c07_lease_reap;
 pub use lifecycle::c30_lifecycle;
-pub use limits::c27_input_limits;
+pub use limits::{c27_input_limits, c36_payload_limits};
 pub use names::c35_names_by_bytes;
 pub use notify::c17_notify;
 pub use outcomes::{c06_ack_fail, c08_stale_token, c15_requeue_no_count, c16_illegal_transition};

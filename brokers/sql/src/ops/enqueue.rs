@@ -7,7 +7,7 @@ use taskgate::decide::{submit_decision, SubmitDecision};
 use taskgate::{id, Error, ExistingTask, Status, Task};
 
 use super::{id_status, lock_statuses, mark_has_children};
-use crate::core::{Tx, TxFail};
+use crate::core::{args_bytes, Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_COLUMN_COUNT};
 use crate::{Kind, Value};
@@ -55,18 +55,7 @@ pub(crate) async fn enqueue_plain(
         let decision = submit_decision(std::iter::empty(), task.on_parent_failure);
         rows.push(build_row(tx, task, id, &decision).await?);
     }
-    let per_insert = (tx.core.dialect.max_params() / TASK_COLUMN_COUNT).max(1);
-    for chunk in rows.chunks(per_insert) {
-        let sql = tx.core.sql_sized("enqueue_plain_insert", (chunk.len(), 0), || {
-            let row = format!("({})", placeholders(TASK_COLUMN_COUNT));
-            format!("INSERT INTO {{tasks}} ({{cols}}) VALUES {}", vec![row; chunk.len()].join(", "))
-        });
-        let mut args = Vec::with_capacity(chunk.len() * TASK_COLUMN_COUNT);
-        for row in chunk {
-            args.extend(row.insert_args());
-        }
-        tx.exec(&sql, &args).await?;
-    }
+    insert_rows(tx, &rows).await?;
     for row in &rows {
         tx.snapshot(&row.task);
         if row.task.status == Status::Pending {
@@ -103,8 +92,7 @@ pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxF
     }
     let decision = submit_decision(statuses.iter().copied(), task.on_parent_failure);
     let row = build_row(tx, task, id, &decision).await?;
-    let sql = tx.core.sql(INSERT_SQL);
-    tx.exec(&sql, &row.insert_args()).await?;
+    insert_rows(tx, std::slice::from_ref(&row)).await?;
     insert_edges(tx, &row.task.id, &statuses).await?;
     mark_has_children(tx, &statuses).await?;
     tx.snapshot(&row.task);
@@ -112,6 +100,99 @@ pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxF
         tx.wake();
     }
     Ok(row)
+}
+
+/// The blob columns of a task row: their index in [`TaskRow::insert_args`] and their column.
+const BLOBS: [(usize, Blob); 3] = [(3, Blob::Payload), (5, Blob::Result), (23, Blob::Cursor)];
+
+/// A blob column of the tasks table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Blob {
+    Payload,
+    Result,
+    Cursor,
+}
+
+/// Inserts `rows` (in order) with as few statements as fit: multi-row `INSERT`s below the
+/// dialect's parameter limit and the server's statement limit
+/// ([`Core::statement_budget`]). A row that
+/// does not fit one statement on its own (a payload, result and cursor of the largest size at
+/// once) is inserted without its blobs, which then follow one `UPDATE` each — every one of
+/// them fits, because the payload limit leaves room for a value and an ID
+/// ([`BLOB_HEADROOM`](crate::core::BLOB_HEADROOM)).
+///
+/// [`Core::statement_budget`]: crate::core::Core::statement_budget
+pub(crate) async fn insert_rows(tx: &mut Tx<'_>, rows: &[TaskRow]) -> Result<(), TxFail> {
+    let per_insert = (tx.core.dialect.max_params() / TASK_COLUMN_COUNT).max(1);
+    let budget = tx.core.statement_budget().unwrap_or(u64::MAX);
+    let (mut chunk, mut chunk_rows, mut chunk_bytes) = (Vec::new(), 0, 0u64);
+    for row in rows {
+        let args = row.insert_args();
+        let bytes = args_bytes(&args);
+        if chunk_rows > 0 && (chunk_rows == per_insert || chunk_bytes + bytes > budget) {
+            insert_chunk(tx, std::mem::take(&mut chunk), chunk_rows).await?;
+            (chunk_rows, chunk_bytes) = (0, 0);
+        }
+        if bytes > budget {
+            insert_split(tx, args).await?;
+            continue;
+        }
+        chunk.extend(args);
+        chunk_rows += 1;
+        chunk_bytes += bytes;
+    }
+    if chunk_rows > 0 {
+        insert_chunk(tx, chunk, chunk_rows).await?;
+    }
+    Ok(())
+}
+
+/// One `INSERT` of `n` rows whose arguments are `args`.
+async fn insert_chunk(tx: &mut Tx<'_>, args: Vec<Value>, n: usize) -> Result<(), TxFail> {
+    let sql = if n == 1 {
+        tx.core.sql(INSERT_SQL)
+    } else {
+        tx.core.sql_sized("enqueue_plain_insert", (n, 0), || {
+            let row = format!("({})", placeholders(TASK_COLUMN_COUNT));
+            format!("INSERT INTO {{tasks}} ({{cols}}) VALUES {}", vec![row; n].join(", "))
+        })
+    };
+    tx.exec(&sql, &args).await?;
+    Ok(())
+}
+
+/// A row too big for one statement: inserted with NULL blobs, then each blob by its own
+/// `UPDATE … WHERE id = ?`.
+async fn insert_split(tx: &mut Tx<'_>, mut args: Vec<Value>) -> Result<(), TxFail> {
+    let mut blobs = Vec::new();
+    for (index, column) in BLOBS {
+        let value = std::mem::replace(&mut args[index], Value::Null(Kind::Bytes));
+        if !matches!(value, Value::Null(_)) {
+            blobs.push((column, value));
+        }
+    }
+    let id = args[0].clone();
+    insert_chunk(tx, args, 1).await?;
+    for (column, value) in blobs {
+        write_blob(tx, column, value, id.clone()).await?;
+    }
+    Ok(())
+}
+
+/// `UPDATE {tasks} SET <column> = ? WHERE id = ?` for one blob column.
+pub(crate) async fn write_blob(
+    tx: &mut Tx<'_>,
+    column: Blob,
+    value: Value,
+    id: Value,
+) -> Result<(), TxFail> {
+    let sql = tx.core.sql(match column {
+        Blob::Payload => "UPDATE {tasks} SET payload = ? WHERE id = ?",
+        Blob::Result => "UPDATE {tasks} SET result = ? WHERE id = ?",
+        Blob::Cursor => "UPDATE {tasks} SET step_cursor = ? WHERE id = ?",
+    });
+    tx.exec(&sql, &[value, id]).await?;
+    Ok(())
 }
 
 /// The stored form of `task` under `decision`: broker-owned fields overwritten, times floored.
