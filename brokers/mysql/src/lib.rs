@@ -14,15 +14,23 @@
 //! * **The retry loop's classification** on the server's error number (never message text):
 //!   1213 (deadlock) retried at once up to 5 attempts, 1205 (lock wait timeout) once more,
 //!   everything else returned as it is. A connection lost *before* COMMIT (killed, server
-//!   restart) is retried too: the server rolled the transaction back with it; one lost during
-//!   COMMIT is reported, never retried (its outcome is unknown). [`MySqlBroker::tx_retries`]
+//!   restart) is retried too: the server rolled the transaction back with it. One lost
+//!   *during* COMMIT leaves the outcome unknown: enqueue, `enqueue_many` and ack find out
+//!   (the engine runs them again under the same IDs and tokens and compares) and return the
+//!   truth; other writes report it (`taskgate_sql::CommitUnknown`). [`MySqlBroker::tx_retries`]
 //!   counts retries.
+//! * **An unreachable server** is reported at once with the driver's cause, by
+//!   [`MySqlBroker::connect`], `init` and every later call: the pool's connect gate opens a
+//!   connection of its own when it does not know the server is up, instead of letting the
+//!   pool retry a refused connection for 30 s and report "pool timed out".
 //! * **Claims** with `SELECT … ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED` on the ready
 //!   index, then one `UPDATE` by primary key — no `RETURNING`, no reused placeholders.
 //! * **Server time** through `COALESCE(?, CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS
 //!   SIGNED))`; an injected clock fills the `?` (extensions §E1).
 //! * **Quota** in the two-step form that is correct whether or not the connection reports found
-//!   rows (sqlx 0.8.6 always sets `CLIENT_FOUND_ROWS`; notes §15.1).
+//!   rows (sqlx 0.8.6 always sets `CLIENT_FOUND_ROWS`; notes §15.1). It is the only statement
+//!   whose affected-row count the engine reads: every other write decides from rows it
+//!   locked and read, so the flag changes nothing else.
 //! * **Unique violations** (1062) translated by index name: `uq_chain_head` ⇒ `TaskExists`
 //!   with the key's tail, `uq_replay_of` ⇒ `AlreadyReplayed`, anything else ⇒ plain
 //!   `TaskExists` (see [`dialect::unique_target_of`] for the one message match).
@@ -79,7 +87,7 @@ use std::sync::Arc;
 
 use sqlx::mysql::{MySql, MySqlPool};
 use taskgate::{Capabilities, Error, Result, Task, Timestamp};
-use taskgate_sql::{EngineConfig, HotStatement, SqlBroker};
+use taskgate_sql::{EngineConfig, HotStatement, Kind, SqlBroker};
 
 use crate::adapter::{BorrowedConn, Health, MySqlAdapter};
 pub use crate::dialect::MySqlDialect;
@@ -124,10 +132,12 @@ impl MySqlBroker {
     }
 
     fn build(options: MySqlOptions) -> Result<MySqlBroker> {
-        let health = Arc::new(Health::default());
-        let pool = options.pool(health.clone(), Arc::new(ServerInfo::default()));
+        let health = Arc::new(Health::new(options::ACQUIRE_TIMEOUT));
+        let server = Arc::new(ServerInfo::default());
+        let pool = options.pool(health.clone(), server.clone());
+        let probe = options.probe(server);
         let adapter: Arc<dyn taskgate_sql::Adapter> =
-            Arc::new(MySqlAdapter::new(pool.clone(), health));
+            Arc::new(MySqlAdapter::new(pool.clone(), health, probe));
         #[cfg(feature = "test-hooks")]
         let adapter = match &options.log {
             Some(log) => taskgate_sql::RecordingAdapter::wrap(adapter, log.clone()),
@@ -201,10 +211,12 @@ impl MySqlOptions {
         MySqlBroker::build(self)
     }
 
-    /// Builds the broker and checks that the server is reachable.
+    /// Builds the broker and checks that the server is reachable: an unreachable server fails
+    /// at once with the driver's cause (`Connection refused`, a failed name lookup).
     pub async fn connect(self) -> Result<MySqlBroker> {
         let broker = self.connect_lazy()?;
-        broker.pool.acquire().await.map_err(|e| Error::backend(NAME, e))?;
+        let adapter = broker.inner.adapter();
+        adapter.read("SELECT 1", &[], &[Kind::Int]).await.map_err(|e| Error::backend(NAME, e))?;
         Ok(broker)
     }
 }

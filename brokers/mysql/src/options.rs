@@ -8,7 +8,7 @@ use std::time::Duration;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use taskgate::{Error, Result};
 
-use crate::adapter::Health;
+use crate::adapter::{Health, Probe};
 use crate::server::{setup_session, ServerInfo};
 
 /// The table prefix when none is set (the same in every backend).
@@ -23,8 +23,9 @@ pub const DEFAULT_LOCK_WAIT_TIMEOUT_SECS: u64 = 5;
 /// The URL query parameter that overrides [`DEFAULT_LOCK_WAIT_TIMEOUT_SECS`].
 pub const LOCK_WAIT_TIMEOUT_PARAM: &str = "innodb_lock_wait_timeout";
 
-/// How long a call waits for a free pooled connection before it fails.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a call waits for a free pooled connection before it fails, and how long one
+/// connection attempt may take.
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections idle at least this long are pinged before use (server and middlebox timeouts).
 const PING_AFTER_IDLE: Duration = Duration::from_secs(30);
 
@@ -151,6 +152,12 @@ impl MySqlOptions {
     pub fn record_statements(mut self, log: Arc<taskgate_sql::StatementLog>) -> Self {
         self.log = Some(log);
         self
+    }
+
+    /// The probe the connect gate runs: one connection outside the pool, set up as the pool
+    /// sets up its own.
+    pub(crate) fn probe(&self, server: Arc<ServerInfo>) -> Probe {
+        Probe { connect: self.connect.clone(), lock_wait: self.lock_wait_timeout_secs, server }
     }
 
     /// The pool, opened lazily: no connection is made until the first statement. Each new

@@ -155,7 +155,7 @@ async fn values_of_the_largest_size_fit_every_statement() -> Result<(), BoxError
     let (options, _clock) = common::manual_options();
     let broker = common::handle(&storage, options).await?;
     let max = broker.limits()?.max_payload_bytes;
-    let big: Vec<u8> = (0..max).map(|i| (i % 253) as u8).collect();
+    let big: Vec<u8> = (0..max).map(|i| u8::try_from(i % 253).unwrap_or(0)).collect();
     let mut imported = Task::new("t", "imp").with_id("all-three").with_payload(big.clone());
     imported.result = Some(big.clone());
     imported.cursor = Some(big.clone());

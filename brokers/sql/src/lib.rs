@@ -24,6 +24,15 @@
 //!   timeouts ([`RetryClass::Limited`]) up to 2, after a 5 ms << k back-off in real time; Notify
 //!   snapshots of a failed attempt are dropped and the final attempt's are published after
 //!   commit. [`SqlBroker::tx_retries`] counts retries.
+//! * A COMMIT whose connection was lost ([`Dialect::is_connection_lost`]) is never retried
+//!   blindly. Enqueue and ack settle it: their IDs are chosen before the first attempt and
+//!   their tokens do not change, so running the transaction again finds what the lost attempt
+//!   did — its rows stored as written, its tasks completed at its `finished_at` — and the call
+//!   returns that truth, retrying an unreachable server for 5 s. If that is not enough the
+//!   call fails with a [`CommitUnknown`] source and the handle remembers it: repeating the
+//!   same call settles it without a duplicate. Other writes fail with [`CommitUnknown`].
+//! * Adapters take pooled connections through a [`ConnectGate`], so an unreachable server is
+//!   reported at once with the driver's cause.
 //! * Writes lock their rows first (`{lock}` = [`Dialect::lock_clause`]); enqueue locks parent
 //!   rows; propagation locks each child and converges the whole subtree in the transaction.
 //! * Reads (get, list, counts, queue_len, paused_queues) and the empty-poll probe run through
@@ -76,13 +85,17 @@
 mod adapter;
 mod broker;
 mod core;
+#[cfg(feature = "test-hooks")]
+pub mod cutproxy;
 mod dialect;
+mod gate;
 mod migrate;
 mod ops;
 mod plans;
 mod quota;
 #[cfg(feature = "test-hooks")]
 mod recording;
+mod resolve;
 pub mod row;
 mod value;
 
@@ -90,10 +103,12 @@ pub use adapter::{Adapter, DbError, DbResult, Session, SqlConn, StatementLimit, 
 pub use broker::{EngineConfig, SqlBroker};
 #[cfg(feature = "test-hooks")]
 pub use core::BeforeCommitHook;
+pub use core::CommitUnknown;
 pub use dialect::{
     placeholders, rewrite_placeholders, ClaimShape, DdlLock, Dialect, Placeholder, QuotaShape,
     RetryClass, TimeSource, UniqueTarget,
 };
+pub use gate::{ConnectGate, SLOW_ACQUIRE};
 pub use migrate::{migrate, split_statements, substitute, Migration};
 pub use plans::HotStatement;
 #[cfg(feature = "test-hooks")]

@@ -125,7 +125,7 @@ pub async fn c36_payload_limits(factory: &dyn Factory) -> CaseResult {
     assert_eq!(limits.bound.is_some(), max < DEFAULT_MAX_PAYLOAD_BYTES, "{limits:?}");
     // One buffer of the largest size (a pattern, so a shifted or cut copy shows) and one
     // byte more; every write below passes clones of these two.
-    let big: Vec<u8> = (0..max).map(|i| (i % 251) as u8).collect();
+    let big: Vec<u8> = (0..max).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
     let mut over = big.clone();
     over.push(0xff);
     let r = h.broker.enqueue(&task("over", "job", "qb").with_payload(over.clone())).await;

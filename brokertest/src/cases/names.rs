@@ -137,7 +137,7 @@ async fn keys(h: &Harness) -> CaseResult {
         let id = format!("key-{i}");
         let by_key = Filter { business_key: key.clone(), ..Filter::default() };
         let chain: Vec<String> = h.broker.list(&by_key).await?.into_iter().map(|t| t.id).collect();
-        assert_eq!(chain, [id.clone()], "list by key {key:?}");
+        assert_eq!(chain, std::slice::from_ref(&id), "list by key {key:?}");
         let replay = h.broker.replay(ReplayRequest::by_key(key).allow_completed()).await?;
         let got = (replay.business_key.as_str(), replay.replay_of.as_str());
         assert_eq!(got, (key.as_str(), id.as_str()), "replay by key {key:?}");

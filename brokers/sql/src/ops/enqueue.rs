@@ -17,18 +17,26 @@ pub(crate) fn is_plain(task: &Task) -> bool {
     task.business_key.is_empty() && task.depends_on.is_empty()
 }
 
-/// Stores a run of validated [plain](is_plain) tasks with one multi-row `INSERT` per chunk
-/// (below the dialect's bind-parameter limit) and returns the stored rows in order.
+/// The ID each task of a batch is stored under: its preset ID, or a new ULID. Chosen once per
+/// call, before the first transaction, so a transaction that runs again (after a COMMIT whose
+/// outcome was lost) stores the same rows under the same IDs and cannot make a second copy.
+pub(crate) fn assign_ids(tasks: &[Task]) -> Vec<String> {
+    tasks.iter().map(|t| if t.id.is_empty() { id::new_ulid() } else { t.id.clone() }).collect()
+}
+
+/// Stores a run of validated [plain](is_plain) tasks, each with the ID it was assigned
+/// ([`assign_ids`]), with one multi-row `INSERT` per chunk (below the dialect's
+/// bind-parameter limit) and returns the stored rows in order.
 ///
 /// The outcome is the one [`enqueue`] per task gives: preset IDs are checked with one
 /// `SELECT` per chunk, and the first task (in batch order) whose ID is stored already, or
 /// used by an earlier task of the run, fails the batch with `TaskExists` naming that ID.
 pub(crate) async fn enqueue_plain(
     tx: &mut Tx<'_>,
-    tasks: &[&Task],
+    tasks: &[(&Task, &str)],
 ) -> Result<Vec<TaskRow>, TxFail> {
     let preset: Vec<&str> =
-        tasks.iter().filter(|t| !t.id.is_empty()).map(|t| t.id.as_str()).collect();
+        tasks.iter().filter(|(t, _)| !t.id.is_empty()).map(|(t, _)| t.id.as_str()).collect();
     let mut taken: HashSet<String> = HashSet::new();
     let per_select = tx.core.dialect.max_params().max(1);
     for chunk in preset.chunks(per_select) {
@@ -43,17 +51,12 @@ pub(crate) async fn enqueue_plain(
         }
     }
     let mut rows = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        let id = if task.id.is_empty() {
-            id::new_ulid()
-        } else {
-            if !taken.insert(task.id.clone()) {
-                return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
-            }
-            task.id.clone()
-        };
+    for (task, id) in tasks {
+        if !task.id.is_empty() && !taken.insert(task.id.clone()) {
+            return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
+        }
         let decision = submit_decision(std::iter::empty(), task.on_parent_failure);
-        rows.push(build_row(tx, task, id, &decision).await?);
+        rows.push(build_row(tx, task, (*id).to_owned(), &decision).await?);
     }
     insert_rows(tx, &rows).await?;
     for row in &rows {
@@ -65,22 +68,21 @@ pub(crate) async fn enqueue_plain(
     Ok(rows)
 }
 
-/// Stores one validated task inside the transaction and returns the stored row.
-pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxFail> {
+/// Stores one validated task inside the transaction under `id` (its preset ID, or the one
+/// [`assign_ids`] generated) and returns the stored row.
+pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task, id: &str) -> Result<TaskRow, TxFail> {
     if !task.business_key.is_empty() {
         if let Some(existing) = key_tail(tx, &task.business_key).await? {
             return Err(Error::TaskExists { id: String::new(), existing: Some(existing) }.into());
         }
     }
-    let id = if task.id.is_empty() {
-        id::new_ulid()
-    } else {
+    if !task.id.is_empty() {
         let sql = tx.core.sql("SELECT id FROM {tasks} WHERE id = ?");
         if !tx.fetch(&sql, &[Value::from(&task.id)], &[Kind::Text]).await?.is_empty() {
             return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
         }
-        task.id.clone()
-    };
+    }
+    let id = id.to_owned();
     let parents = task.distinct_parents();
     let found = lock_statuses(tx, &parents).await?;
     let mut statuses = Vec::with_capacity(parents.len());
