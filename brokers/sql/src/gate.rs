@@ -10,9 +10,10 @@
 //! * while the server is known reachable the gate costs an atomic load — unless the pool keeps
 //!   a caller waiting while no statement has succeeded for a moment ([`SLOW_ACQUIRE`]): the
 //!   pool may be retrying a server that went away since (its idle connections died unseen),
-//!   so the gate probes then, and a failing probe ends the wait with its cause. A busy pool
-//!   keeps its callers waiting as before: its statements keep succeeding, and a probe that
-//!   connects lets the wait go on.
+//!   so the gate probes then, and a probe that cannot reach the server (an I/O error) ends the
+//!   wait with its cause. A busy pool keeps its callers waiting as before: its statements keep
+//!   succeeding, and a probe the server answers (even with "too many connections") lets the
+//!   wait go on.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -127,7 +128,17 @@ impl ConnectGate {
                 () = tokio::time::sleep(SLOW_ACQUIRE) => {
                     if self.quiet_for() >= SLOW_ACQUIRE {
                         self.lost();
-                        self.check(&probe).await?;
+                        match self.check(&probe).await {
+                            Ok(()) => {}
+                            // The server cannot be reached: the pool would only time out.
+                            Err(e @ DbError::Io(_)) => return Err(e),
+                            // It answers (refusing this one: too many connections, …): the
+                            // pool may still get one in time, so the wait goes on.
+                            Err(_) => {
+                                self.contact();
+                                self.reachable.store(true, Ordering::Release);
+                            }
+                        }
                     }
                 }
             }
@@ -206,6 +217,18 @@ mod tests {
         assert!(e.is_ok_and(|r| r.is_err_and(|e| e.to_string().contains("refused"))));
         let ok = gate.acquire(async { Ok(7) }, || async { Ok(()) }).await;
         assert_eq!(ok.ok(), Some(7), "reachable again after a probe that connects");
+    }
+
+    #[tokio::test]
+    async fn a_long_wait_goes_on_while_the_server_answers() {
+        let gate = ConnectGate::new(Duration::from_secs(5));
+        assert!(gate.check(|| async { Ok(()) }).await.is_ok());
+        let busy = async {
+            tokio::time::sleep(SLOW_ACQUIRE * 3).await;
+            Ok(1)
+        };
+        let full = || async { Err(DbError::Protocol("too many connections".into())) };
+        assert_eq!(gate.acquire(busy, full).await.ok(), Some(1), "waited through the probe");
     }
 
     #[tokio::test]
