@@ -9,7 +9,7 @@
 //! ```
 //!
 //! which expands to one `#[tokio::test]` per case with the stable names `c01_round_trip` …
-//! `c34_retry_after`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
+//! `c36_payload_limits`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
 //! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
 //! same list in-process and reports per case; `taskgate check <url>` prints that report.
 //!
@@ -152,6 +152,8 @@ macro_rules! __with_cases {
             c32_reap_race,
             c33_broker_now,
             c34_retry_after,
+            c35_names_by_bytes,
+            c36_payload_limits,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::{
-    BrokerOptions, Capabilities, QueueList, QuotaProvider, Result, Status, Task, Timestamp,
+    BrokerOptions, Capabilities, Limits, QueueList, QuotaProvider, Result, Status, Task, Timestamp,
 };
 
 /// The kind of a worker-reported failure (contract §4.1).
@@ -374,6 +374,15 @@ pub trait Broker: Send + Sync {
     /// What this backend supports beyond the core contract, declared (not discovered by
     /// failing). `quota` is true exactly when [`Broker::quota_provider`] returns a provider.
     fn capabilities(&self) -> Capabilities;
+
+    /// The size limits in force since `init`: the largest payload, result or cursor this
+    /// broker accepts — [`BrokerOptions::max_payload_bytes`] (16 MiB by default), lowered to
+    /// what the storage can hold where that is less (MySQL/MariaDB: the server's
+    /// `max_allowed_packet`, named in [`Limits::bound`](crate::Limits::bound)). A value of
+    /// exactly that size is stored and read back whole; one byte more is
+    /// `InvalidInput` naming the field. `NotInitialized` before `init`, `Closed` after
+    /// `close`.
+    fn limits(&self) -> Result<Limits>;
 
     /// The periodic-quota capability, when the backend has it (contract §9).
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

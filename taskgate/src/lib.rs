@@ -50,3 +50,4 @@ pub use quota::{window_start, QuotaConfig, QuotaGate, QuotaProvider, Reservation
 pub use task::{OnParentFailure, Status, Task};
 pub use time::{duration_millis, Timestamp};
 pub use transition::{is_legal, transition};
+pub use validate::{Limits, StorageBound};

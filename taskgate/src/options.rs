@@ -33,7 +33,9 @@ pub struct BrokerOptions {
     /// The clock; `None` means the system clock (memory, SQLite) or the database server's
     /// clock (PostgreSQL, MySQL). An injected clock overrides server time everywhere.
     pub clock: Option<Arc<dyn Clock>>,
-    /// Largest payload, result or cursor in bytes; zero means 16 MiB.
+    /// Largest payload, result or cursor in bytes; zero means 16 MiB. A backend whose storage
+    /// holds less lowers it at `init` ([`Broker::limits`](crate::Broker::limits) reports the
+    /// limit in force).
     pub max_payload_bytes: usize,
 }
 
@@ -81,13 +83,11 @@ impl BrokerOptions {
             notifier: Notifier::new(self.notify),
             clock: self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock)),
             injected_clock: self.clock,
-            limits: Limits {
-                max_payload_bytes: if self.max_payload_bytes == 0 {
-                    DEFAULT_MAX_PAYLOAD_BYTES
-                } else {
-                    self.max_payload_bytes
-                },
-            },
+            limits: Limits::new(if self.max_payload_bytes == 0 {
+                DEFAULT_MAX_PAYLOAD_BYTES
+            } else {
+                self.max_payload_bytes
+            }),
         }
     }
 }
@@ -131,7 +131,7 @@ pub struct ResolvedOptions {
     pub clock: Arc<dyn Clock>,
     /// The injected clock, if any: SQL servers use their own time unless this is set.
     pub injected_clock: Option<Arc<dyn Clock>>,
-    /// Size limits.
+    /// Size limits (a backend may lower them to what its storage holds before keeping them).
     pub limits: Limits,
 }
 

@@ -18,16 +18,56 @@ pub const MAX_STEP_DELAY: Duration = Duration::from_secs(60);
 /// Default largest payload, result or cursor (16 MiB).
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
 
-/// Size limits that depend on configuration.
+/// Size limits that depend on configuration and on the storage, as a broker enforces them
+/// after `init` ([`Broker::limits`](crate::Broker::limits)).
+///
+/// Build one with [`Limits::new`]; a backend whose storage holds less lowers it with
+/// [`Limits::capped`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
-    /// Largest payload, result or cursor in bytes.
+    /// Largest payload, result or cursor in bytes: [`BrokerOptions::max_payload_bytes`]
+    /// (16 MiB by default), or less when the storage cannot hold that much (then
+    /// [`Limits::bound`] says why).
+    ///
+    /// [`BrokerOptions::max_payload_bytes`]: crate::BrokerOptions::max_payload_bytes
     pub max_payload_bytes: usize,
+    /// The storage setting that lowered `max_payload_bytes` below the configured size, if one
+    /// did (MySQL/MariaDB: `max_allowed_packet`).
+    pub bound: Option<StorageBound>,
+}
+
+/// A storage setting that caps how large a payload, result or cursor can be (a database
+/// server's statement-size limit), named in the `InvalidInput` an oversized value gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StorageBound {
+    /// The setting's name (`max_allowed_packet`).
+    pub setting: &'static str,
+    /// Its value as the server reported it (bytes).
+    pub value: u64,
+}
+
+impl Limits {
+    /// Payloads, results and cursors of at most `max_payload_bytes` bytes, bound by nothing
+    /// but configuration.
+    pub const fn new(max_payload_bytes: usize) -> Limits {
+        Limits { max_payload_bytes, bound: None }
+    }
+
+    /// These limits lowered to `max_payload_bytes` because of `bound`, when that is smaller
+    /// than the current limit; otherwise unchanged.
+    pub fn capped(self, max_payload_bytes: usize, bound: StorageBound) -> Limits {
+        if max_payload_bytes < self.max_payload_bytes {
+            Limits { max_payload_bytes, bound: Some(bound) }
+        } else {
+            self
+        }
+    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES }
+        Limits::new(DEFAULT_MAX_PAYLOAD_BYTES)
     }
 }
 
@@ -112,13 +152,21 @@ pub fn validate_ack_item(item: &AckItem, limits: &Limits) -> Result<()> {
     validate_bytes("result", item.result.as_deref(), limits)
 }
 
-/// Checks opaque bytes (payload, result, cursor) against the size limit.
+/// Checks opaque bytes (payload, result, cursor) against the size limit. The reason names the
+/// limit and, when the storage lowered it, the setting that did.
 pub fn validate_bytes(field: &'static str, bytes: Option<&[u8]>, limits: &Limits) -> Result<()> {
     match bytes {
-        Some(b) if b.len() > limits.max_payload_bytes => Err(Error::invalid(
-            field,
-            format!("too large: {} bytes exceeds max {}", b.len(), limits.max_payload_bytes),
-        )),
+        Some(b) if b.len() > limits.max_payload_bytes => {
+            let mut reason =
+                format!("too large: {} bytes exceeds max {}", b.len(), limits.max_payload_bytes);
+            if let Some(bound) = limits.bound {
+                reason.push_str(&format!(
+                    " (the storage's {} is {} bytes)",
+                    bound.setting, bound.value
+                ));
+            }
+            Err(Error::invalid(field, reason))
+        }
         _ => Ok(()),
     }
 }
@@ -252,10 +300,28 @@ mod tests {
 
     #[test]
     fn payload_limit_is_configurable() {
-        let limits = Limits { max_payload_bytes: 4 };
+        let limits = Limits::new(4);
         let task = Task::new("t", "q").with_payload(vec![0u8; 5]);
         assert_eq!(field_of(validate_task(&task, &limits)), Some("payload"));
         let task = Task::new("t", "q").with_payload(vec![0u8; 4]);
+        assert_eq!(field_of(validate_task(&task, &limits)), None);
+    }
+
+    #[test]
+    fn a_storage_bound_lowers_the_limit_and_is_named() {
+        let bound = StorageBound { setting: "max_allowed_packet", value: 16 };
+        let limits = Limits::new(10).capped(8, bound);
+        assert_eq!((limits.max_payload_bytes, limits.bound), (8, Some(bound)));
+        assert_eq!(Limits::new(10).capped(12, bound), Limits::new(10), "a larger cap is no cap");
+        let task = Task::new("t", "q").with_payload(vec![0u8; 9]);
+        match validate_task(&task, &limits) {
+            Err(Error::InvalidInput { field: "payload", reason }) => assert_eq!(
+                reason,
+                "too large: 9 bytes exceeds max 8 (the storage's max_allowed_packet is 16 bytes)"
+            ),
+            other => panic!("expected InvalidInput payload, got {other:?}"),
+        }
+        let task = Task::new("t", "q").with_payload(vec![0u8; 8]);
         assert_eq!(field_of(validate_task(&task, &limits)), None);
     }
 
@@ -295,7 +361,7 @@ mod tests {
     #[case::bad_key(ReplayRequest::by_key("k\n"), Some("business_key"))]
     #[case::payload(ReplayRequest::by_id("e1").with_payload(vec![0u8; 5]), Some("payload"))]
     fn replay_requests(#[case] request: ReplayRequest, #[case] field: Option<&'static str>) {
-        let limits = Limits { max_payload_bytes: 4 };
+        let limits = Limits::new(4);
         assert_eq!(field_of(validate_replay_request(&request, &limits)), field);
     }
 
@@ -316,7 +382,7 @@ mod tests {
 
     #[test]
     fn ack_items() {
-        let limits = Limits { max_payload_bytes: 1 };
+        let limits = Limits::new(1);
         let item = |id: &str, result: Option<Vec<u8>>| AckItem {
             id: id.into(),
             token: "t".into(),

@@ -59,8 +59,8 @@ use taskgate::validate::{
 };
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
 use taskgate::{
-    AckItem, Broker, BrokerOptions, Capabilities, Counts, Failure, Filter, PruneRequest, QueueList,
-    QuotaConfig, QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
+    AckItem, Broker, BrokerOptions, Capabilities, Counts, Failure, Filter, Limits, PruneRequest,
+    QueueList, QuotaConfig, QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
 };
 
 use crate::prune::Rules;
@@ -300,6 +300,11 @@ impl Broker for MemoryBroker {
     fn capabilities(&self) -> Capabilities {
         // Quota only: one process, nothing persisted, the local (or injected) clock.
         Capabilities::NONE.with_quota(true)
+    }
+
+    fn limits(&self) -> Result<Limits> {
+        // Memory holds whatever fits in the process: the configured limits, unlowered.
+        Ok(self.inner.life.options()?.limits)
     }
 
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

@@ -2,21 +2,30 @@
 //! pooled reads, and one detached session for migrations.
 //!
 //! Every connection of the pool is set up once, when it opens: READ COMMITTED (extensions §E6:
-//! at REPEATABLE READ concurrent inserts and completions deadlock on gap locks) and a short
-//! `innodb_lock_wait_timeout`, so a lock wait surfaces as 1205 in seconds, not in 50. Statements
-//! go to the server exactly as the engine wrote them for [`MySqlDialect`](crate::MySqlDialect).
+//! at REPEATABLE READ concurrent inserts and completions deadlock on gap locks), a short
+//! `innodb_lock_wait_timeout`, so a lock wait surfaces as 1205 in seconds, not in 50, and the
+//! server's NO PAD binary collation. Statements go to the server exactly as the engine wrote
+//! them for [`MySqlDialect`](crate::MySqlDialect).
+//!
+//! Before a connection is taken from the pool the [`ConnectGate`] is asked: an unreachable
+//! server is reported at once with the driver's cause ("Connection refused", a failed name
+//! lookup), not after the pool's 30 s of retrying as "pool timed out".
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sqlx::mysql::{MySql, MySqlConnection, MySqlPool};
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlPool};
+use sqlx::pool::PoolConnection;
 use sqlx::{Connection, Transaction};
-use taskgate_sql::{Adapter, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx};
+use taskgate_sql::{
+    Adapter, ConnectGate, DbResult, Kind, Row, Session, SqlConn, StatementLimit, Value, WriteTx,
+};
 
 use crate::codec;
 use crate::dialect::is_connection_lost;
+use crate::server::{setup_session, ServerInfo};
 
 /// How long after a lost connection every pooled connection is pinged before use.
 const SUSPECT_FOR: Duration = Duration::from_secs(5);
@@ -26,15 +35,24 @@ const SUSPECT_FOR: Duration = Duration::from_secs(5);
 /// are pinged only after one was found dead — then every idle connection is checked for a
 /// while, and dead ones are replaced instead of failing one call each — or when they sat idle
 /// long enough for a server or middlebox timeout.
+///
+/// It also holds the pool's [`ConnectGate`]: a lost connection makes the next call check that
+/// the server can be reached at all.
 #[derive(Debug)]
 pub(crate) struct Health {
     origin: Instant,
     suspect_until_ms: AtomicU64,
+    pub(crate) gate: ConnectGate,
 }
 
-impl Default for Health {
-    fn default() -> Self {
-        Health { origin: Instant::now(), suspect_until_ms: AtomicU64::new(0) }
+impl Health {
+    /// Health of a new pool whose connection attempts give up after `connect_timeout`.
+    pub(crate) fn new(connect_timeout: Duration) -> Health {
+        Health {
+            origin: Instant::now(),
+            suspect_until_ms: AtomicU64::new(0),
+            gate: ConnectGate::new(connect_timeout),
+        }
     }
 }
 
@@ -46,9 +64,19 @@ impl Health {
     /// Notes a failed statement; a lost connection puts the pool under suspicion.
     pub(crate) fn observe(&self, error: &sqlx::Error) {
         if is_connection_lost(error) {
+            self.gate.lost();
             let until =
                 self.now_ms().saturating_add(u64::try_from(SUSPECT_FOR.as_millis()).unwrap_or(0));
             self.suspect_until_ms.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Notes a statement's outcome: a success tells the gate the server answers, a failure
+    /// goes to [`Health::observe`].
+    fn outcome(&self, error: Option<&sqlx::Error>) {
+        match error {
+            None => self.gate.contact(),
+            Some(e) => self.observe(e),
         }
     }
 
@@ -59,7 +87,7 @@ impl Health {
 }
 
 /// Runs statements on one connection, reporting lost connections to the pool's [`Health`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Runner {
     health: Arc<Health>,
 }
@@ -72,7 +100,8 @@ impl Runner {
         args: &[Value],
     ) -> DbResult<u64> {
         let done = codec::bind(sql, args).execute(conn).await;
-        done.map(|r| r.rows_affected()).inspect_err(|e| self.health.observe(e))
+        self.health.outcome(done.as_ref().err());
+        done.map(|r| r.rows_affected())
     }
 
     async fn fetch(
@@ -83,7 +112,25 @@ impl Runner {
         kinds: &[Kind],
     ) -> DbResult<Vec<Row>> {
         let rows = codec::bind(sql, args).fetch_all(conn).await;
-        codec::decode_rows(&rows.inspect_err(|e| self.health.observe(e))?, kinds)
+        self.health.outcome(rows.as_ref().err());
+        codec::decode_rows(&rows?, kinds)
+    }
+}
+
+/// Opens one connection outside the pool and sets it up as the pool would: what the
+/// [`ConnectGate`] runs to learn whether (and why not) the server can be reached.
+#[derive(Clone, Debug)]
+pub(crate) struct Probe {
+    pub(crate) connect: MySqlConnectOptions,
+    pub(crate) lock_wait: u64,
+    pub(crate) server: Arc<ServerInfo>,
+}
+
+impl Probe {
+    async fn run(&self) -> DbResult<()> {
+        let mut conn = MySqlConnection::connect_with(&self.connect).await?;
+        setup_session(&mut conn, self.lock_wait, &self.server).await?;
+        conn.close().await
     }
 }
 
@@ -92,11 +139,21 @@ impl Runner {
 pub(crate) struct MySqlAdapter {
     pool: MySqlPool,
     runner: Runner,
+    probe: Probe,
 }
 
 impl MySqlAdapter {
-    pub(crate) fn new(pool: MySqlPool, health: Arc<Health>) -> MySqlAdapter {
-        MySqlAdapter { pool, runner: Runner { health } }
+    pub(crate) fn new(pool: MySqlPool, health: Arc<Health>, probe: Probe) -> MySqlAdapter {
+        MySqlAdapter { pool, runner: Runner { health }, probe }
+    }
+
+    fn gate(&self) -> &ConnectGate {
+        &self.runner.health.gate
+    }
+
+    /// A pooled connection, taken through the gate.
+    async fn acquire(&self) -> DbResult<PoolConnection<MySql>> {
+        self.gate().acquire(self.pool.acquire(), || self.probe.run()).await
     }
 }
 
@@ -120,18 +177,9 @@ impl SqlConn for MySqlTx {
 #[async_trait]
 impl WriteTx for MySqlTx {
     async fn commit(self: Box<Self>) -> DbResult<()> {
+        // A connection lost here leaves the outcome unknown: the engine settles it.
         let health = self.runner.health.clone();
-        self.tx.commit().await.map_err(|e| {
-            health.observe(&e);
-            if is_connection_lost(&e) {
-                // The COMMIT may or may not have been applied: never retry this one.
-                sqlx::Error::Protocol(format!(
-                    "connection lost while committing; the transaction may or may not have been applied: {e}"
-                ))
-            } else {
-                e
-            }
-        })
+        self.tx.commit().await.inspect_err(|e| health.observe(e))
     }
 
     async fn rollback(self: Box<Self>) -> DbResult<()> {
@@ -151,7 +199,8 @@ pub(crate) struct BorrowedConn<'c> {
 
 impl<'c> BorrowedConn<'c> {
     pub(crate) fn new(conn: &'c mut MySqlConnection) -> BorrowedConn<'c> {
-        BorrowedConn { conn, runner: Runner::default() }
+        let health = Arc::new(Health::new(Duration::from_secs(30)));
+        BorrowedConn { conn, runner: Runner { health } }
     }
 }
 
@@ -202,6 +251,12 @@ impl Session for MySqlSession {
     async fn close(self: Box<Self>) -> DbResult<()> {
         self.conn.close().await
     }
+
+    async fn migration_vars(&mut self) -> DbResult<Vec<(String, String)>> {
+        // `{nopad_bin}` (migration 0003): the NO PAD binary collation of this server.
+        let collation = crate::server::nopad_of(&mut self.conn).await?;
+        Ok(vec![("nopad_bin".to_owned(), collation.to_owned())])
+    }
 }
 
 /// `pool.begin()` on a task of its own, so it always runs to completion.
@@ -221,17 +276,18 @@ async fn begin_detached(pool: &MySqlPool) -> DbResult<Transaction<'static, MySql
 #[async_trait]
 impl Adapter for MySqlAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
-        let tx = begin_detached(&self.pool).await.inspect_err(|e| self.runner.health.observe(e))?;
+        let begun = self.gate().acquire(begin_detached(&self.pool), || self.probe.run()).await;
+        let tx = begun.inspect_err(|e| self.runner.health.observe(e))?;
         Ok(Box::new(MySqlTx { tx, runner: self.runner.clone() }))
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         match self.runner.fetch(&mut conn, sql, args, kinds).await {
             // A read is safe to repeat; after a lost connection the pool pings before use.
             Err(e) if is_connection_lost(&e) => {
                 drop(conn);
-                let mut conn = self.pool.acquire().await?;
+                let mut conn = self.acquire().await?;
                 self.runner.fetch(&mut conn, sql, args, kinds).await
             }
             other => other,
@@ -239,11 +295,25 @@ impl Adapter for MySqlAdapter {
     }
 
     async fn session(&self) -> DbResult<Box<dyn Session>> {
-        let conn = self.pool.acquire().await?.detach();
+        let conn = self.acquire().await?.detach();
         Ok(Box::new(MySqlSession { conn, runner: self.runner.clone() }))
     }
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    async fn statement_limit(&self) -> DbResult<Option<StatementLimit>> {
+        // The session value (read-only for a client) is the global value at connect time; a
+        // statement above it is refused with ER_NET_PACKET_TOO_LARGE and the connection lost.
+        let sql = "SELECT CAST(@@max_allowed_packet AS SIGNED)";
+        let rows = self.read(sql, &[], &[Kind::Int]).await?;
+        match rows.first().and_then(|r| r.first()) {
+            Some(Value::Int(bytes)) => Ok(Some(StatementLimit {
+                setting: "max_allowed_packet",
+                bytes: u64::try_from(*bytes).unwrap_or(0),
+            })),
+            other => Err(sqlx::Error::Protocol(format!("max_allowed_packet read as {other:?}"))),
+        }
     }
 }

@@ -1,23 +1,36 @@
-//! `taskgate-mysql`: the taskgate broker on MySQL 8.0+ and MariaDB 10.6+ (InnoDB).
+//! `taskgate-mysql`: the taskgate broker on MySQL 8.0.17+ and MariaDB 10.6+ (InnoDB).
 //!
 //! All broker logic is the shared SQL engine ([`taskgate_sql::SqlBroker`]); this crate supplies
 //! what is MySQL's own:
 //!
 //! * **Sessions** at READ COMMITTED with `innodb_lock_wait_timeout` 5 s (unless the URL sets
-//!   `?innodb_lock_wait_timeout=N`), `utf8mb4` with the `utf8mb4_bin` collation, UTC. At the
-//!   default REPEATABLE READ, concurrent inserts and completions deadlock on gap locks.
+//!   `?innodb_lock_wait_timeout=N`), `utf8mb4` with the server's NO PAD binary collation, UTC.
+//!   At the default REPEATABLE READ, concurrent inserts and completions deadlock on gap locks.
+//! * **Names compare by bytes**: every column holding an ID, type, queue, business key, owner
+//!   or lease token uses the server's NO PAD binary collation (migration 0003;
+//!   [`nopad_collation`] picks it from `SELECT VERSION()`: MariaDB `utf8mb4_nopad_bin`, MySQL
+//!   8.0.17+ `utf8mb4_0900_bin`). `utf8mb4_bin` is PAD SPACE on both servers and would make
+//!   `"q "` the same queue as `"q"`.
 //! * **The retry loop's classification** on the server's error number (never message text):
 //!   1213 (deadlock) retried at once up to 5 attempts, 1205 (lock wait timeout) once more,
 //!   everything else returned as it is. A connection lost *before* COMMIT (killed, server
-//!   restart) is retried too: the server rolled the transaction back with it; one lost during
-//!   COMMIT is reported, never retried (its outcome is unknown). [`MySqlBroker::tx_retries`]
+//!   restart) is retried too: the server rolled the transaction back with it. One lost
+//!   *during* COMMIT leaves the outcome unknown: enqueue, `enqueue_many` and ack find out
+//!   (the engine runs them again under the same IDs and tokens and compares) and return the
+//!   truth; other writes report it (`taskgate_sql::CommitUnknown`). [`MySqlBroker::tx_retries`]
 //!   counts retries.
+//! * **An unreachable server** is reported at once with the driver's cause, by
+//!   [`MySqlBroker::connect`], `init` and every later call: the pool's connect gate opens a
+//!   connection of its own when it does not know the server is up, instead of letting the
+//!   pool retry a refused connection for 30 s and report "pool timed out".
 //! * **Claims** with `SELECT … ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED` on the ready
 //!   index, then one `UPDATE` by primary key — no `RETURNING`, no reused placeholders.
 //! * **Server time** through `COALESCE(?, CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS
 //!   SIGNED))`; an injected clock fills the `?` (extensions §E1).
 //! * **Quota** in the two-step form that is correct whether or not the connection reports found
-//!   rows (sqlx 0.8.6 always sets `CLIENT_FOUND_ROWS`; notes §15.1).
+//!   rows (sqlx 0.8.6 always sets `CLIENT_FOUND_ROWS`; notes §15.1). It is the only statement
+//!   whose affected-row count the engine reads: every other write decides from rows it
+//!   locked and read, so the flag changes nothing else.
 //! * **Unique violations** (1062) translated by index name: `uq_chain_head` ⇒ `TaskExists`
 //!   with the key's tail, `uq_replay_of` ⇒ `AlreadyReplayed`, anything else ⇒ plain
 //!   `TaskExists` (see [`dialect::unique_target_of`] for the one message match).
@@ -33,13 +46,22 @@
 //! Every statement is accepted by both. Differences that matter: MariaDB's 1062 message names
 //! the key without its table (`for key 'p_uq_chain_head'`, MySQL 8: `'p_tasks.p_uq_chain_head'`);
 //! `SKIP LOCKED` needs MySQL 8.0 / MariaDB 10.6; MariaDB would allow `ADD COLUMN IF NOT
-//! EXISTS`, MySQL does not, so migrations swallow 1060/1061/1091 instead.
+//! EXISTS`, MySQL does not, so migrations swallow 1060/1061/1091 instead; the NO PAD binary
+//! collation is `utf8mb4_nopad_bin` on MariaDB and `utf8mb4_0900_bin` on MySQL (8.0.17+, the
+//! oldest MySQL taskgate runs on).
 //!
 //! # Limits
 //!
 //! `id`, `type`, `queue` and `business_key` hold at most 255 characters (checked before any
-//! I/O, the same limit as every backend); payloads are bounded by the server's
-//! `max_allowed_packet`. A claim over several queues at once cannot walk the ready index in
+//! I/O, the same limit as every backend). A payload, result or cursor holds at most the
+//! configured `max_payload_bytes` (16 MiB) or the server's `max_allowed_packet` less 8 KiB,
+//! whichever is smaller: `init` reads `@@max_allowed_packet` (a client cannot raise its session
+//! value, and taskgate does not change the server's), [`Broker::limits`](taskgate::Broker::limits)
+//! reports the result, and a larger value is `InvalidInput` naming the limit and the setting.
+//! On MariaDB's default 16 MiB packet that is 16 MiB − 8 KiB; MySQL 8's default (64 MiB) keeps
+//! 16 MiB. The engine keeps every statement below the packet: a row with several values that
+//! large is inserted without them and each value follows in its own `UPDATE`, and batches
+//! (`enqueue_many`, `ack_many`) are split into as many statements as fit. A claim over several queues at once cannot walk the ready index in
 //! order and locks every ready row of those queues until it commits; single-queue claims lock
 //! only what they take.
 //!
@@ -57,6 +79,7 @@ mod codec;
 pub mod dialect;
 mod migrations;
 mod options;
+mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -64,7 +87,7 @@ use std::sync::Arc;
 
 use sqlx::mysql::{MySql, MySqlPool};
 use taskgate::{Capabilities, Error, Result, Task, Timestamp};
-use taskgate_sql::{EngineConfig, HotStatement, SqlBroker};
+use taskgate_sql::{EngineConfig, HotStatement, Kind, SqlBroker};
 
 use crate::adapter::{BorrowedConn, Health, MySqlAdapter};
 pub use crate::dialect::MySqlDialect;
@@ -73,6 +96,8 @@ pub use crate::options::{
     MySqlOptions, DEFAULT_LOCK_WAIT_TIMEOUT_SECS, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
     DEFAULT_PREFIX, LOCK_WAIT_TIMEOUT_PARAM,
 };
+use crate::server::ServerInfo;
+pub use crate::server::{nopad_collation, MARIADB_NOPAD_BIN, MYSQL_NOPAD_BIN};
 
 /// The backend's name in errors and reports.
 pub const NAME: &str = "mysql";
@@ -107,10 +132,12 @@ impl MySqlBroker {
     }
 
     fn build(options: MySqlOptions) -> Result<MySqlBroker> {
-        let health = Arc::new(Health::default());
-        let pool = options.pool(health.clone());
+        let health = Arc::new(Health::new(options::ACQUIRE_TIMEOUT));
+        let server = Arc::new(ServerInfo::default());
+        let pool = options.pool(health.clone(), server.clone());
+        let probe = options.probe(server);
         let adapter: Arc<dyn taskgate_sql::Adapter> =
-            Arc::new(MySqlAdapter::new(pool.clone(), health));
+            Arc::new(MySqlAdapter::new(pool.clone(), health, probe));
         #[cfg(feature = "test-hooks")]
         let adapter = match &options.log {
             Some(log) => taskgate_sql::RecordingAdapter::wrap(adapter, log.clone()),
@@ -184,10 +211,12 @@ impl MySqlOptions {
         MySqlBroker::build(self)
     }
 
-    /// Builds the broker and checks that the server is reachable.
+    /// Builds the broker and checks that the server is reachable: an unreachable server fails
+    /// at once with the driver's cause (`Connection refused`, a failed name lookup).
     pub async fn connect(self) -> Result<MySqlBroker> {
         let broker = self.connect_lazy()?;
-        broker.pool.acquire().await.map_err(|e| Error::backend(NAME, e))?;
+        let adapter = broker.inner.adapter();
+        adapter.read("SELECT 1", &[], &[Kind::Int]).await.map_err(|e| Error::backend(NAME, e))?;
         Ok(broker)
     }
 }

@@ -15,14 +15,56 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "steps_pause_owner",
         sql: include_str!("../../../migrations/mysql/0002_steps_pause_owner.sql"),
     },
+    Migration {
+        version: 3,
+        name: "names_by_bytes",
+        sql: include_str!("../../../migrations/mysql/0003_names_by_bytes.sql"),
+    },
 ];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ddl_with(prefix: &str, nopad: &str) -> String {
+        let vars =
+            [("prefix".to_owned(), prefix.to_owned()), ("nopad_bin".to_owned(), nopad.to_owned())];
+        let texts = MIGRATIONS.iter().map(|m| taskgate_sql::substitute(m.sql, &vars));
+        texts.collect::<Result<Vec<_>, _>>().map(|t| t.join("\n")).unwrap_or_default()
+    }
+
     fn ddl(prefix: &str) -> String {
-        MIGRATIONS.iter().map(|m| m.sql.replace("{prefix}", prefix)).collect::<Vec<_>>().join("\n")
+        ddl_with(prefix, crate::MARIADB_NOPAD_BIN)
+    }
+
+    #[test]
+    fn every_name_column_gets_the_no_pad_collation_of_either_server() {
+        for nopad in [crate::MARIADB_NOPAD_BIN, crate::MYSQL_NOPAD_BIN] {
+            let sql = ddl_with("p_", nopad);
+            assert!(!sql.is_empty(), "every placeholder has a value");
+            for column in [
+                "id",
+                "type",
+                "queue",
+                "lease_token",
+                "business_key",
+                "replay_of",
+                "owner",
+                "chain_head_key",
+                "replay_of_uq",
+                "ready_queue",
+                "child_id",
+                "parent_id",
+                "qkey",
+            ] {
+                let modify = format!("MODIFY {column} VARCHAR(");
+                let line = sql.lines().find(|l| l.trim_start().starts_with(&modify));
+                let line = line.unwrap_or_else(|| panic!("0003 does not modify {column}"));
+                assert!(line.contains(&format!("COLLATE {nopad}")), "{column}: {line}");
+            }
+            let default = format!("DEFAULT CHARACTER SET utf8mb4 COLLATE {nopad};");
+            assert_eq!(sql.matches(&default).count(), 4, "every table's default collation");
+        }
     }
 
     #[test]
@@ -69,6 +111,8 @@ mod tests {
     fn every_statement_is_idempotent() {
         for statement in taskgate_sql::split_statements(&ddl("p_")) {
             let ok = statement.starts_with("CREATE TABLE IF NOT EXISTS")
+                || statement.contains(" MODIFY ")
+                || statement.contains(" DEFAULT CHARACTER SET ")
                 || statement.contains(" ADD COLUMN ")
                 || statement.contains(" ADD KEY ")
                 || statement.contains(" DROP KEY ")

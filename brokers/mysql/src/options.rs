@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::Executor;
 use taskgate::{Error, Result};
 
-use crate::adapter::Health;
+use crate::adapter::{Health, Probe};
+use crate::server::{setup_session, ServerInfo};
 
 /// The table prefix when none is set (the same in every backend).
 pub const DEFAULT_PREFIX: &str = "taskgate_";
@@ -23,8 +23,9 @@ pub const DEFAULT_LOCK_WAIT_TIMEOUT_SECS: u64 = 5;
 /// The URL query parameter that overrides [`DEFAULT_LOCK_WAIT_TIMEOUT_SECS`].
 pub const LOCK_WAIT_TIMEOUT_PARAM: &str = "innodb_lock_wait_timeout";
 
-/// How long a call waits for a free pooled connection before it fails.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a call waits for a free pooled connection before it fails, and how long one
+/// connection attempt may take.
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections idle at least this long are pinged before use (server and middlebox timeouts).
 const PING_AFTER_IDLE: Duration = Duration::from_secs(30);
 
@@ -89,8 +90,9 @@ impl MySqlOptions {
     /// `mariadb://…`), with the defaults: prefix `taskgate_`, 10 connections, 200 ms polling,
     /// `innodb_lock_wait_timeout` 5 s unless the URL has `?innodb_lock_wait_timeout=N`.
     ///
-    /// Sessions always use `utf8mb4` with the `utf8mb4_bin` collation and UTC, whatever the URL
-    /// says: IDs compare by bytes, and server time is read through `UNIX_TIMESTAMP(NOW(3))`.
+    /// Sessions always use `utf8mb4` with the server's NO PAD binary collation
+    /// (`utf8mb4_nopad_bin` on MariaDB, `utf8mb4_0900_bin` on MySQL) and UTC, whatever the URL
+    /// says: names compare by bytes, and server time is read through `UNIX_TIMESTAMP(NOW(3))`.
     pub fn from_url(url: &str) -> Result<MySqlOptions> {
         let normalised = normalise_scheme(url)?;
         let lock_wait = lock_wait_param(&normalised)?;
@@ -152,10 +154,17 @@ impl MySqlOptions {
         self
     }
 
+    /// The probe the connect gate runs: one connection outside the pool, set up as the pool
+    /// sets up its own.
+    pub(crate) fn probe(&self, server: Arc<ServerInfo>) -> Probe {
+        Probe { connect: self.connect.clone(), lock_wait: self.lock_wait_timeout_secs, server }
+    }
+
     /// The pool, opened lazily: no connection is made until the first statement. Each new
-    /// connection is switched to READ COMMITTED with the configured lock-wait timeout. An idle
-    /// connection is pinged before use only when it idled long or `health` suspects the pool.
-    pub(crate) fn pool(&self, health: Arc<Health>) -> MySqlPool {
+    /// connection is set up by [`setup_session`] (READ COMMITTED, the configured lock-wait
+    /// timeout, the NO PAD collation `server` names). An idle connection is pinged before use
+    /// only when it idled long or `health` suspects the pool.
+    pub(crate) fn pool(&self, health: Arc<Health>, server: Arc<ServerInfo>) -> MySqlPool {
         let lock_wait = self.lock_wait_timeout_secs;
         MySqlPoolOptions::new()
             .max_connections(self.pool_size)
@@ -172,14 +181,8 @@ impl MySqlOptions {
                 })
             })
             .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
-                    conn.execute(
-                        format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}").as_str(),
-                    )
-                    .await?;
-                    Ok(())
-                })
+                let server = server.clone();
+                Box::pin(async move { setup_session(conn, lock_wait, &server).await })
             })
             .connect_lazy_with(self.connect.clone())
     }

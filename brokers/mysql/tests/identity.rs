@@ -1,10 +1,12 @@
-//! IDs on MySQL compare by bytes (`utf8mb4_bin`), hold 255 characters of any width, and a
-//! 256-character name is refused before any statement reaches the server.
+//! Input sizes on MySQL: IDs compare by bytes (the server's NO PAD binary collation), hold
+//! 255 characters of any width, and a 256-character name is refused before any statement
+//! reaches the server; payloads, results and cursors of the largest accepted size fit every
+//! statement below the server's `max_allowed_packet`.
 
 mod common;
 
 use brokertest::{within, TEST_LIMIT};
-use taskgate::{BoxError, Broker, Error, Filter, Task};
+use taskgate::{AckItem, BoxError, Broker, Error, Filter, StorageBound, Task};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_differing_only_in_case_are_two_tasks() -> Result<(), BoxError> {
@@ -134,6 +136,81 @@ async fn the_largest_allowed_lists_and_error_texts_fit() -> Result<(), BoxError>
         let text = "stack frame\n".repeat(20_000);
         broker.fail("noisy", &claimed.lease_token, taskgate::Failure::skip(text.clone())).await?;
         assert_eq!(broker.get("noisy").await?.last_error, text);
+        broker.close().await?;
+        storage.drop_tables().await
+    })
+    .await
+}
+
+/// The payload limit is the server's `max_allowed_packet` less 8 KiB where that is below the
+/// configured size (a configured 1 GiB is capped too, naming the setting), and every statement
+/// carrying values of the largest accepted size stays below the server's limit: a task
+/// imported with a payload, result and cursor of that size at once, `enqueue_many` of two such
+/// payloads and `ack_many` of two such results, all read back whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_of_the_largest_size_fit_every_statement() -> Result<(), BoxError> {
+    within(TEST_LIMIT, "values_of_the_largest_size_fit_every_statement", async move {
+        let Some(storage) = common::storage("values_of_the_largest_size_fit_every_statement").await
+        else {
+            return Ok(());
+        };
+        let mut admin = common::connect(&storage).await?;
+        let packet: i64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS SIGNED)")
+            .fetch_one(&mut admin)
+            .await?;
+        let packet = u64::try_from(packet)?;
+        let bound = StorageBound { setting: "max_allowed_packet", value: packet };
+        let (mut options, _clock) = common::manual_options();
+        options.max_payload_bytes = 1 << 30;
+        let wide = common::handle(&storage, options).await?;
+        let limits = wide.limits()?;
+        assert_eq!(limits.max_payload_bytes, usize::try_from(packet - 8192)?, "{limits:?}");
+        assert_eq!(limits.bound, Some(bound), "a configured 1 GiB is capped by the server");
+        wide.close().await?;
+
+        let (options, _clock) = common::manual_options();
+        let broker = common::handle(&storage, options).await?;
+        let max = broker.limits()?.max_payload_bytes;
+        let big: Vec<u8> = (0..max).map(|i| u8::try_from(i % 253).unwrap_or(0)).collect();
+        let mut imported = Task::new("t", "imp").with_id("all-three").with_payload(big.clone());
+        imported.result = Some(big.clone());
+        imported.cursor = Some(big.clone());
+        broker.enqueue(&imported).await?;
+        drop(imported);
+        let got = broker.get("all-three").await?;
+        assert!(got.payload.as_ref() == Some(&big), "imported payload");
+        assert!(got.result.as_ref() == Some(&big), "imported result");
+        assert!(got.cursor.as_ref() == Some(&big), "imported cursor");
+        drop(got);
+
+        let two: Vec<Task> = ["m1", "m2"]
+            .iter()
+            .map(|id| Task::new("t", "two").with_id(*id).with_payload(big.clone()))
+            .collect();
+        broker.enqueue_many(&two).await?;
+        drop(two);
+        let claimed = broker.dequeue_many(&["two"], 2).await?;
+        assert_eq!(claimed.len(), 2, "both claimed");
+        let items: Vec<AckItem> = claimed
+            .iter()
+            .map(|t| AckItem {
+                id: t.id.clone(),
+                token: t.lease_token.clone(),
+                result: Some(big.clone()),
+            })
+            .collect();
+        drop(claimed);
+        for outcome in broker.ack_many(&items).await? {
+            outcome?;
+        }
+        drop(items);
+        for id in ["m1", "m2"] {
+            let done = broker.get(id).await?;
+            assert!(
+                done.payload.as_ref() == Some(&big) && done.result.as_ref() == Some(&big),
+                "{id}"
+            );
+        }
         broker.close().await?;
         storage.drop_tables().await
     })

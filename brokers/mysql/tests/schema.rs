@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use brokertest::{within, TEST_LIMIT};
 use sqlx::mysql::MySqlRow;
 use sqlx::{Column, Executor, MySqlConnection, Row, TypeInfo, ValueRef};
-use taskgate::{AckItem, BoxError, Broker, Task};
-use taskgate_mysql::MySqlBroker;
+use taskgate::{AckItem, BoxError, Broker, BrokerOptions, ErrorKind, Task};
+use taskgate_mysql::{MySqlBroker, MySqlDialect, MARIADB_NOPAD_BIN, MIGRATIONS, MYSQL_NOPAD_BIN};
 use taskgate_sql::Value;
 
 /// Reads a column as text whatever its wire type (EXPLAIN and information_schema differ
@@ -50,7 +50,16 @@ fn normalise(s: &str) -> String {
     out.trim().to_owned()
 }
 
+/// The columns and indexes of `prefix`'s tables, one per line, with `{prefix}` for the prefix
+/// and `{nopad_bin}` for the server's NO PAD binary collation (migration 0003: MariaDB
+/// `utf8mb4_nopad_bin`, MySQL `utf8mb4_0900_bin`).
 async fn schema_text(conn: &mut MySqlConnection, prefix: &str) -> Result<String, BoxError> {
+    let text =
+        format!("{}{}", columns_text(conn, prefix).await?, indexes_text(conn, prefix).await?);
+    Ok(text.replace(MARIADB_NOPAD_BIN, "{nopad_bin}").replace(MYSQL_NOPAD_BIN, "{nopad_bin}"))
+}
+
+async fn columns_text(conn: &mut MySqlConnection, prefix: &str) -> Result<String, BoxError> {
     let columns = sqlx::query(
         "SELECT table_name AS t, column_name AS c, column_type AS ty, is_nullable AS n, \
          column_default AS d, collation_name AS co, extra AS x FROM information_schema.columns \
@@ -75,6 +84,11 @@ async fn schema_text(conn: &mut MySqlConnection, prefix: &str) -> Result<String,
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    Ok(out.replace(prefix, "{prefix}"))
+}
+
+async fn indexes_text(conn: &mut MySqlConnection, prefix: &str) -> Result<String, BoxError> {
+    let mut out = String::new();
     let indexes = sqlx::query(
         "SELECT table_name AS t, index_name AS i, non_unique AS u, seq_in_index AS s, \
          column_name AS c FROM information_schema.statistics WHERE table_schema = DATABASE() \
@@ -109,6 +123,132 @@ async fn applied_schema_matches_the_snapshot() -> Result<(), BoxError> {
         storage.drop_tables().await
     })
     .await
+}
+
+/// Every column that holds a name, by table: migration 0003 gives each the server's NO PAD
+/// binary collation.
+const NAME_COLUMNS: &[(&str, &str)] = &[
+    ("tasks", "id"),
+    ("tasks", "type"),
+    ("tasks", "queue"),
+    ("tasks", "lease_token"),
+    ("tasks", "business_key"),
+    ("tasks", "replay_of"),
+    ("tasks", "owner"),
+    ("tasks", "chain_head_key"),
+    ("tasks", "replay_of_uq"),
+    ("tasks", "ready_queue"),
+    ("task_deps", "child_id"),
+    ("task_deps", "parent_id"),
+    ("quota", "qkey"),
+    ("paused_queues", "queue"),
+];
+
+/// The collation of every text column of `prefix`'s tables, by (table without prefix, column).
+async fn collations(
+    conn: &mut MySqlConnection,
+    prefix: &str,
+) -> Result<BTreeMap<(String, String), String>, BoxError> {
+    let rows = sqlx::query(
+        "SELECT table_name AS t, column_name AS c, collation_name AS co FROM \
+         information_schema.columns WHERE table_schema = DATABASE() AND \
+         table_name LIKE CONCAT(?, '%') AND collation_name IS NOT NULL",
+    )
+    .bind(prefix.replace('_', "\\_"))
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ((text(r, "t").replacen(prefix, "", 1), text(r, "c")), text(r, "co")))
+        .collect())
+}
+
+/// A database migrated to version 2 (names `utf8mb4_bin`, PAD SPACE) and holding rows as a
+/// version-2 broker wrote them, opened by this code: `init` applies only migration 0003,
+/// which gives every name column and every table default the server's NO PAD binary
+/// collation (chosen by its version) and leaves every other column, key and index as it was.
+/// The STORED generated columns are recomputed (a one-space business key, NULL in the chain
+/// head under PAD SPACE, now heads its chain), rows keep their bytes, sessions use the same
+/// collation, and look-alike names are told apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_database_upgrades_to_names_by_bytes() -> Result<(), BoxError> {
+    let Some(storage) = common::storage("a_version_2_database_upgrades").await else {
+        return Ok(());
+    };
+    let p = storage.prefix().to_owned();
+    let old = storage.mysql_handle()?;
+    let adapter = old.engine().adapter().clone();
+    let applied = taskgate_sql::migrate(&*adapter, &MySqlDialect, &p, &MIGRATIONS[..2]).await?;
+    assert_eq!(applied, [1, 2], "a version-2 schema");
+    old.close().await?;
+    let mut admin = common::connect(&storage).await?;
+    let nopad =
+        if common::is_mariadb(&mut admin).await? { MARIADB_NOPAD_BIN } else { MYSQL_NOPAD_BIN };
+    for (id, key) in [("a", "k"), ("sp", " ")] {
+        sqlx::query(&format!(
+            "INSERT INTO {p}tasks (id, type, queue, status, run_at, created_at, business_key, \
+             owner) VALUES (?, 't', 'q', 'pending', 1, 1, ?, 'o')"
+        ))
+        .bind(id)
+        .bind(key)
+        .execute(&mut admin)
+        .await?;
+    }
+    admin.execute(format!("INSERT INTO {p}paused_queues VALUES ('p', 1)").as_str()).await?;
+    admin.execute(format!("INSERT INTO {p}quota VALUES ('key', 0, 1, 60)").as_str()).await?;
+    let chain_head = format!("SELECT chain_head_key FROM {p}tasks WHERE id = 'sp'");
+    let head: Option<Vec<u8>> = sqlx::query_scalar(&chain_head).fetch_one(&mut admin).await?;
+    assert_eq!(head, None, "under PAD SPACE a one-space key equals '' and heads no chain");
+    let old_collations = collations(&mut admin, &p).await?;
+    assert!(old_collations.values().all(|c| c == "utf8mb4_bin"), "{old_collations:?}");
+    let old_indexes = indexes_text(&mut admin, &p).await?;
+
+    let broker = common::handle(&storage, BrokerOptions::default()).await?;
+    let versions: Vec<i64> =
+        sqlx::query_scalar(&format!("SELECT version FROM {p}schema_migrations ORDER BY version"))
+            .fetch_all(&mut admin)
+            .await?;
+    assert_eq!(versions, [1, 2, 3], "init applied 0003 only");
+    let new_collations = collations(&mut admin, &p).await?;
+    for (column, collation) in &new_collations {
+        let is_name =
+            NAME_COLUMNS.iter().any(|(t, c)| (*t, *c) == (column.0.as_str(), column.1.as_str()));
+        let expected = if is_name { nopad } else { old_collations[column].as_str() };
+        assert_eq!(collation, expected, "{column:?} after the upgrade");
+    }
+    assert_eq!(new_collations.len(), old_collations.len(), "no column came or went");
+    let defaults: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name, table_collation FROM information_schema.tables WHERE \
+         table_schema = DATABASE() AND table_name IN (?, ?, ?, ?)",
+    )
+    .bind(format!("{p}tasks"))
+    .bind(format!("{p}task_deps"))
+    .bind(format!("{p}quota"))
+    .bind(format!("{p}paused_queues"))
+    .fetch_all(&mut admin)
+    .await?;
+    assert_eq!(defaults.len(), 4, "{defaults:?}");
+    assert!(defaults.iter().all(|(_, c)| c == nopad), "table defaults: {defaults:?}");
+    assert_eq!(indexes_text(&mut admin, &p).await?, old_indexes, "keys and indexes unchanged");
+    let head: Option<Vec<u8>> = sqlx::query_scalar(&chain_head).fetch_one(&mut admin).await?;
+    assert_eq!(head.as_deref(), Some(&b" "[..]), "the chain head column was recomputed");
+    let session: String =
+        sqlx::query_scalar("SELECT @@collation_connection").fetch_one(broker.pool()).await?;
+    assert_eq!(session, nopad, "broker sessions use the same collation");
+
+    assert_eq!(broker.get("a").await?.business_key, "k", "rows keep their bytes");
+    assert!(broker.get("a ").await.is_err_and(|e| e.is(ErrorKind::NotFound)), "a ≠ a space");
+    let keyed = |id: &str, key: &str| Task::new("t", "q2").with_id(id).with_business_key(key);
+    broker.enqueue(&keyed("k-space", "k ")).await?;
+    for key in ["k", " "] {
+        let again = broker.enqueue(&keyed("dup", key)).await;
+        assert!(again.is_err_and(|e| e.is(ErrorKind::TaskExists)), "key {key:?} is taken");
+    }
+    assert_eq!(broker.try_dequeue(&["q "]).await?.map(|t| t.id), None, "q ≠ q space");
+    assert_eq!(broker.paused_queues().await?, ["p"], "the paused queue kept its name");
+    assert_eq!(broker.try_dequeue(&["q"]).await?.map(|t| t.id).as_deref(), Some("a"));
+    broker.close().await?;
+    storage.drop_tables().await
 }
 
 const FINISHED: usize = 4_000;

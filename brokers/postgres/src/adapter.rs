@@ -2,6 +2,10 @@
 //! transactions, pooled reads, a dedicated migration session, recovery from connections the
 //! server dropped, and the wake-up notification sent after commit.
 //!
+//! Before a connection is taken from the pool the [`ConnectGate`] is asked: an unreachable
+//! server is reported at once with the driver's cause ("Connection refused", a failed name
+//! lookup), not after the pool's 30 s of retrying as "pool timed out".
+//!
 //! # Why the wake statement is deferred
 //!
 //! The engine runs the dialect's wake statement (`SELECT pg_notify(…)`) inside every write
@@ -18,24 +22,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
-use taskgate_sql::{Adapter, DbError, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx};
+use taskgate_sql::{
+    Adapter, ConnectGate, DbError, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx,
+};
 
 use crate::conn::{execute, fetch, PgSession};
 use crate::notifier::Notifier;
 
-/// SQLSTATE classes and codes that mean "this connection is gone": `08…` connection
-/// exceptions, `57P01` admin shutdown (`pg_terminate_backend`), `57P02` crash shutdown,
-/// `57P03` cannot connect now.
-pub(crate) fn is_connection_lost(error: &DbError) -> bool {
-    match error {
-        DbError::Io(_) => true,
-        DbError::Database(db) => match db.code() {
-            Some(code) => code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03"),
-            None => false,
-        },
-        _ => false,
-    }
-}
+use crate::dialect::is_connection_lost;
 
 /// The PostgreSQL adapter: one pool for transactions and reads.
 #[derive(Debug)]
@@ -49,9 +43,19 @@ pub(crate) struct PgAdapter {
     /// How many times a first statement is retried on a fresh connection when the pooled one
     /// turned out to be dead (every idle connection may have been terminated at once).
     pub(crate) reconnect_attempts: u32,
+    /// Whether the server was reachable lately; probes with one connection of its own when
+    /// it does not know.
+    pub(crate) gate: ConnectGate,
+    /// The pool's connect options, for the gate's probe.
+    pub(crate) probe: PgConnectOptions,
 }
 
 impl PgAdapter {
+    /// The gate's probe: one connection outside the pool, closed at once.
+    async fn probe(&self) -> DbResult<()> {
+        PgConnection::connect_with(&self.probe).await?.close().await
+    }
+
     /// Opens a transaction, replacing pooled connections the server has dropped: `BEGIN` is
     /// the first statement on the connection and cannot have committed anything, so retrying
     /// it on another connection is always safe.
@@ -59,7 +63,7 @@ impl PgAdapter {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match begin_detached(&self.pool).await {
+            match self.gate.acquire(begin_detached(&self.pool), || self.probe()).await {
                 Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {}
                 other => return other,
             }
@@ -99,9 +103,15 @@ impl Adapter for PgAdapter {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = self.gate.acquire(self.pool.acquire(), || self.probe()).await?;
             match fetch(&mut conn, sql, args, kinds, true).await {
-                Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {}
+                Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {
+                    self.gate.lost();
+                }
+                Ok(rows) => {
+                    self.gate.contact();
+                    return Ok(rows);
+                }
                 other => return other,
             }
         }

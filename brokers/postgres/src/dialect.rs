@@ -65,6 +65,20 @@ pub fn advisory_key(key: &str) -> i64 {
     i64::from_ne_bytes(hash.to_ne_bytes())
 }
 
+/// True when `error` means the connection is gone: an I/O error, a `08…` connection
+/// exception, `57P01` admin shutdown (`pg_terminate_backend`), `57P02` crash shutdown or
+/// `57P03` cannot connect now.
+pub fn is_connection_lost(error: &DbError) -> bool {
+    match error {
+        DbError::Io(_) => true,
+        DbError::Database(db) => match db.code() {
+            Some(code) => code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03"),
+            None => false,
+        },
+        _ => false,
+    }
+}
+
 /// The SQLSTATE of a database error, read from sqlx's structured error.
 pub fn sqlstate(error: &DbError) -> Option<String> {
     match error {
@@ -149,10 +163,19 @@ impl Dialect for PgDialect {
     }
 
     fn retry_class(&self, error: &DbError) -> RetryClass {
+        if is_connection_lost(error) {
+            // Before its COMMIT (a COMMIT's error is settled by the engine, never retried
+            // here): the server rolled the transaction back with its connection.
+            return RetryClass::Immediate;
+        }
         match sqlstate(error).as_deref() {
             Some(DEADLOCK_DETECTED | SERIALIZATION_FAILURE) => RetryClass::Immediate,
             _ => RetryClass::Never,
         }
+    }
+
+    fn is_connection_lost(&self, error: &DbError) -> bool {
+        is_connection_lost(error)
     }
 
     fn unique_violation(&self, error: &DbError, prefix: &str) -> Option<UniqueTarget> {
@@ -219,7 +242,7 @@ mod tests {
         assert!(!ddl.contains("{prefix}"));
         let versions: Vec<(i64, &str)> =
             crate::MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
-        assert_eq!(versions, vec![(1, "initial"), (2, "steps_pause_owner")]);
+        assert_eq!(versions, vec![(1, "initial"), (2, "steps_pause_owner"), (3, "names_by_bytes")]);
     }
 
     #[test]

@@ -9,8 +9,14 @@
 //!   injected: every statement passes `COALESCE($n, <server now>)`, so workers on many
 //!   machines judge leases and delays by one clock (extensions §E1).
 //! * **Deadlocks** (`40P01`) and serialization failures (`40001`) are retried up to five
-//!   attempts with a real-time back-off; everything else is returned as is (contract §11.2).
+//!   attempts with a real-time back-off, and so is a transaction whose connection was lost
+//!   before its COMMIT; everything else is returned as is (contract §11.2). A connection lost
+//!   *during* COMMIT leaves the outcome unknown: enqueue, `enqueue_many` and ack find out and
+//!   return the truth; other writes report it (`taskgate_sql::CommitUnknown`).
 //!   [`PgBroker::tx_retries`] counts the retries.
+//! * **An unreachable server** is reported at once with the driver's cause (by `init`, and by
+//!   every later call: the pool's connect gate opens a connection of its own when it does not
+//!   know the server is up, instead of letting the pool retry for its acquire timeout).
 //! * **Wake-ups**: in-process waiters at once; other processes through `LISTEN/NOTIFY` on the
 //!   channel `<prefix>wake`, sent after commit; polling (200 ms by default) stays as the net,
 //!   and the listener re-listens by itself after its connection drops (extensions §E2).
@@ -49,8 +55,8 @@ use taskgate::{Capabilities, Error, Result, Status, Task};
 use taskgate_sql::{EngineConfig, SqlBroker};
 
 pub use dialect::{
-    advisory_key, sqlstate, wake_channel, PgDialect, DEADLOCK_DETECTED, SERIALIZATION_FAILURE,
-    UNIQUE_VIOLATION,
+    advisory_key, is_connection_lost, sqlstate, wake_channel, PgDialect, DEADLOCK_DETECTED,
+    SERIALIZATION_FAILURE, UNIQUE_VIOLATION,
 };
 pub use migrations::MIGRATIONS;
 pub use options::{
@@ -126,10 +132,12 @@ impl PgBroker {
         let adapter = PgAdapter {
             pool: pool.clone(),
             listen_pool: listen_pool.clone(),
-            connect: connect.application_name(&format!("{app}:migrate")),
+            connect: connect.clone().application_name(&format!("{app}:migrate")),
             wake_sql: dialect.wake_sql_text(&options.prefix).into(),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),
             reconnect_attempts: options.pool_size.saturating_add(2),
+            gate: taskgate_sql::ConnectGate::new(options.acquire_timeout),
+            probe: connect.application_name(&format!("{app}:probe")),
         };
         let adapter: Arc<dyn taskgate_sql::Adapter> = Arc::new(adapter);
         #[cfg(feature = "test-hooks")]

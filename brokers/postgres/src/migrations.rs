@@ -15,4 +15,9 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "steps_pause_owner",
         sql: include_str!("../../../migrations/postgres/0002_steps_pause_owner.sql"),
     },
+    Migration {
+        version: 3,
+        name: "names_by_bytes",
+        sql: include_str!("../../../migrations/postgres/0003_names_by_bytes.sql"),
+    },
 ];

@@ -63,6 +63,25 @@ pub trait Session: SqlConn {
 
     /// Closes the session (returns it to its pool or closes the connection).
     async fn close(self: Box<Self>) -> DbResult<()>;
+
+    /// The values of this backend's migration placeholders besides `{prefix}`, as
+    /// `(name, value)` pairs (`("nopad_bin", "utf8mb4_nopad_bin")` fills `{nopad_bin}`), read
+    /// from the server this session is connected to. Called once per migration run, before
+    /// any migration is applied. Default: none.
+    async fn migration_vars(&mut self) -> DbResult<Vec<(String, String)>> {
+        Ok(Vec::new())
+    }
+}
+
+/// A database server's limit on the size of one statement with its arguments (MySQL/MariaDB
+/// `max_allowed_packet`): the engine keeps every statement below it and lowers the payload
+/// limit so that a payload, result or cursor of the largest accepted size still fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatementLimit {
+    /// The server setting (`max_allowed_packet`).
+    pub setting: &'static str,
+    /// Its value in bytes, as this server applies it to a client's statements.
+    pub bytes: u64,
 }
 
 /// What a backend crate implements to run the engine on its driver.
@@ -88,6 +107,13 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// A dedicated session for migrations.
     async fn session(&self) -> DbResult<Box<dyn Session>>;
+
+    /// The server's limit on one statement's size, read at every `init`; `None` (the default)
+    /// when statements are bounded by nothing a payload could reach (SQLite's 1 GB blobs,
+    /// PostgreSQL's 1 GB fields).
+    async fn statement_limit(&self) -> DbResult<Option<StatementLimit>> {
+        Ok(None)
+    }
 
     /// Closes the pools. Called once by the broker's `close`.
     async fn close(&self);

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
-    validate, AckItem, Broker, BrokerOptions, Capabilities, Counts, Error, Failure, Filter,
-    PruneRequest, QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task,
-    Timestamp,
+    validate, AckItem, Broker, BrokerOptions, Capabilities, Counts, Error, Failure, Filter, Limits,
+    PruneRequest, QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step,
+    StorageBound, Task, Timestamp,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
@@ -19,6 +19,7 @@ use crate::dialect::UniqueTarget;
 use crate::migrate::{migrate, Migration};
 use crate::ops::{ack, claim, enqueue, finish, prune, read, reap, replay};
 use crate::quota::Provider;
+use crate::resolve;
 use crate::{Adapter, Dialect, SqlConn};
 
 /// How a backend configures the engine.
@@ -132,7 +133,8 @@ impl SqlBroker {
         let opts = self.core.life.options()?;
         validate::validate_task(task, &opts.limits)?;
         let mut tx = Tx::new(conn, &self.core, &opts);
-        match enqueue::enqueue(&mut tx, task).await {
+        let id = enqueue::assign_ids(std::slice::from_ref(task)).pop().unwrap_or_default();
+        match enqueue::enqueue(&mut tx, task, &id).await {
             Ok(row) => Ok(row.task),
             Err(e) => Err(self.enqueue_error(e, Some(task)).await),
         }
@@ -237,6 +239,10 @@ impl SqlBroker {
     }
 }
 
+/// What one ack transaction returns: each item's outcome, and the time it wrote as
+/// `finished_at` (when it completed any).
+type AckRun = (Vec<Result<()>>, Option<Timestamp>);
+
 /// Claimed tasks in transit to the caller; dropped undelivered, it requeues them.
 struct ClaimGuard {
     core: Arc<Core>,
@@ -283,7 +289,19 @@ impl Broker for SqlBroker {
         if self.migrate_on_init && !self.migrated.load(Ordering::SeqCst) {
             self.migrate().await?;
         }
-        self.core.life.init(options.resolve())
+        let limit = self.core.adapter.statement_limit().await;
+        let limit = limit.map_err(|e| self.core.backend_error(e))?;
+        self.core.set_statement_limit(limit);
+        let mut resolved = options.resolve();
+        if let Some(limit) = limit {
+            // The largest value that still fits in one statement beside an ID (the engine
+            // splits statements that carry more, see `ops::enqueue::insert_rows`).
+            let fits = limit.bytes.saturating_sub(crate::core::BLOB_HEADROOM);
+            let bound = StorageBound { setting: limit.setting, value: limit.bytes };
+            let cap = usize::try_from(fits).unwrap_or(usize::MAX);
+            resolved.limits = resolved.limits.capped(cap, bound);
+        }
+        self.core.life.init(resolved)
     }
 
     async fn close(&self) -> Result<()> {
@@ -306,14 +324,20 @@ impl Broker for SqlBroker {
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {
         let opts = self.opts()?;
         validate::validate_tasks(tasks, &opts.limits)?;
-        let done = in_tx!(&self.core, &opts, "enqueue_many", |tx| async {
+        // The IDs are chosen once: every attempt stores the same rows under them. A call that
+        // repeats one this handle could not settle takes that call's IDs and lost attempts.
+        let (ids, mut unknown) = match self.core.unresolved.take_enqueue(tasks) {
+            Some(earlier) => (earlier.ids, earlier.attempts),
+            None => (enqueue::assign_ids(tasks), Vec::new()),
+        };
+        let done = in_tx!(&self.core, &opts, "enqueue_many", settle = &mut unknown, |tx| async {
             // Runs of plain tasks (no key, no parents) go out as multi-row INSERTs; the
             // others one by one, in batch order (a later task may depend on an earlier one).
             let mut stored = Vec::with_capacity(tasks.len());
-            let mut run: Vec<&Task> = Vec::new();
-            for task in tasks {
+            let mut run: Vec<(&Task, &str)> = Vec::new();
+            for (task, id) in tasks.iter().zip(&ids) {
                 if enqueue::is_plain(task) {
-                    run.push(task);
+                    run.push((task, id));
                     continue;
                 }
                 if !run.is_empty() {
@@ -321,7 +345,7 @@ impl Broker for SqlBroker {
                     stored.extend(rows.into_iter().map(|r| r.task));
                     run.clear();
                 }
-                stored.push(enqueue::enqueue(&mut tx, task).await?.task);
+                stored.push(enqueue::enqueue(&mut tx, task, id).await?.task);
             }
             if !run.is_empty() {
                 let rows = enqueue::enqueue_plain(&mut tx, &run).await?;
@@ -331,6 +355,9 @@ impl Broker for SqlBroker {
         });
         match done {
             Ok(stored) => Ok(stored),
+            Err(e) if !unknown.is_empty() => {
+                self.settle_enqueue(&opts, tasks, ids, unknown, e).await
+            }
             // A batch of one (what `enqueue` sends) knows which task hit a unique index.
             Err(e) => Err(self
                 .enqueue_error(e, if tasks.len() == 1 { tasks.first() } else { None })
@@ -372,14 +399,24 @@ impl Broker for SqlBroker {
             .collect();
         let mut results = Vec::with_capacity(valid.len());
         for chunk in valid.chunks(self.ack_chunk()) {
-            let returning = self.core.dialect.update_returning();
-            let done = in_tx!(&self.core, &opts, "ack", |tx| async {
-                match returning {
-                    true => ack::ack_many(&mut tx, chunk).await,
-                    false => finish::ack_many(&mut tx, chunk).await,
-                }
+            // The one-statement form binds every result in one statement: with a server
+            // statement limit, the two-step form splits the write instead.
+            let returning =
+                self.core.dialect.update_returning() && self.core.statement_budget().is_none();
+            // What an earlier call of this handle, whose outcome is unknown, wrote per item.
+            let earlier: Vec<Vec<Timestamp>> = chunk
+                .iter()
+                .map(|item| self.core.unresolved.take_ack(&item.id, &item.token))
+                .collect();
+            let mut unknown = Vec::new();
+            let done = in_tx!(&self.core, &opts, "ack", settle = &mut unknown, |tx| async {
+                let outcomes = match returning {
+                    true => ack::ack_many(&mut tx, chunk).await?,
+                    false => finish::ack_many(&mut tx, chunk).await?,
+                };
+                Ok((outcomes, tx.known_now()))
             });
-            results.extend(done.map_err(|e| self.core.fail(e))?);
+            results.extend(self.settle_acks(&opts, chunk, earlier, unknown, done).await?);
         }
         let mut results = results.into_iter();
         for slot in &mut outcomes {
@@ -548,12 +585,140 @@ impl Broker for SqlBroker {
         self.capabilities
     }
 
+    fn limits(&self) -> Result<Limits> {
+        Ok(self.opts()?.limits)
+    }
+
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {
         Some(&*self.quota)
     }
 }
 
 impl SqlBroker {
+    /// Settles an enqueue whose attempt's COMMIT was lost (`unknown`) and whose last attempt
+    /// failed with `e`: the rows under `ids`, read back, tell whether a lost attempt was
+    /// applied — then the call succeeded with what that attempt stored (its Notify snapshots
+    /// are published now). Otherwise `e` stands; when `e` itself is an unknown outcome, or the
+    /// rows cannot be read, the call is remembered so that repeating it settles it.
+    async fn settle_enqueue(
+        &self,
+        opts: &ResolvedOptions,
+        tasks: &[Task],
+        ids: Vec<String>,
+        unknown: Vec<crate::core::Settled<Vec<Task>>>,
+        e: TxFail,
+    ) -> Result<Vec<Task>> {
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let stored = read::by_ids(&self.core, &refs).await;
+        let e = match (stored, e) {
+            (Ok(stored), e) => {
+                if let Some(i) = resolve::applied_enqueue(&stored, &unknown) {
+                    let (value, snapshots, woke) = unknown.into_iter().nth(i).unwrap_or_default();
+                    if woke {
+                        self.core.hub.wake();
+                    }
+                    opts.notifier.publish(snapshots);
+                    return Ok(value);
+                }
+                if !matches!(e, TxFail::Unknown(_)) {
+                    let single = if tasks.len() == 1 { tasks.first() } else { None };
+                    return Err(self.enqueue_error(e, single).await);
+                }
+                e
+            }
+            (Err(read), TxFail::Unknown(lost)) => {
+                drop(read);
+                TxFail::Unknown(lost)
+            }
+            (Err(read), _) => TxFail::Op(read),
+        };
+        self.core.unresolved.put_enqueue(resolve::UnsettledEnqueue {
+            input: tasks.to_vec(),
+            ids,
+            attempts: unknown,
+        });
+        Err(self.core.fail(e))
+    }
+
+    /// Settles one ack transaction's outcome. `done` is the last attempt's; `unknown` the
+    /// attempts whose COMMIT was lost, `earlier` what lost attempts of an earlier call wrote
+    /// per item. An item the last attempt found no longer running with its token (LeaseLost)
+    /// is `Ok` when the task is completed with exactly the `finished_at` a lost attempt wrote
+    /// and the item's result: that attempt was applied (its Notify snapshots are published
+    /// now). When the outcome stays unknown, what each item's lost attempts wrote is
+    /// remembered so that repeating the ack settles it.
+    async fn settle_acks(
+        &self,
+        opts: &ResolvedOptions,
+        chunk: &[AckItem],
+        earlier: Vec<Vec<Timestamp>>,
+        unknown: Vec<crate::core::Settled<AckRun>>,
+        done: std::result::Result<AckRun, TxFail>,
+    ) -> Result<Vec<Result<()>>> {
+        // Per item: the finish times lost attempts wrote for it.
+        let mut wrote = earlier;
+        for ((outcomes, now), _, _) in &unknown {
+            for (i, outcome) in outcomes.iter().enumerate() {
+                if let (Ok(()), Some(now), Some(w)) = (outcome, now, wrote.get_mut(i)) {
+                    w.push(*now);
+                }
+            }
+        }
+        let remember = |wrote: &[Vec<Timestamp>]| {
+            for (item, finished) in chunk.iter().zip(wrote) {
+                if !finished.is_empty() {
+                    self.core.unresolved.put_ack(&item.id, &item.token, finished.clone());
+                }
+            }
+        };
+        let mut outcomes = match done {
+            Ok((outcomes, _)) => outcomes,
+            Err(e) => {
+                remember(&wrote);
+                return Err(self.core.fail(e));
+            }
+        };
+        let suspects: Vec<usize> = (0..chunk.len())
+            .filter(|i| {
+                matches!(outcomes.get(*i), Some(Err(Error::LeaseLost { .. })))
+                    && wrote.get(*i).is_some_and(|w| !w.is_empty())
+            })
+            .collect();
+        if suspects.is_empty() {
+            return Ok(outcomes);
+        }
+        let ids: Vec<&str> = suspects.iter().map(|i| chunk[*i].id.as_str()).collect();
+        let stored = match read::by_ids(&self.core, &ids).await {
+            Ok(stored) => stored,
+            Err(read) => {
+                remember(&wrote);
+                return Err(read);
+            }
+        };
+        let mut applied: Vec<Timestamp> = Vec::new();
+        for i in suspects {
+            let item = &chunk[i];
+            let Some(task) = stored.get(&item.id) else { continue };
+            let finished = task.finished_at.filter(|at| wrote[i].contains(at));
+            if task.status == taskgate::Status::Completed && task.result == item.result {
+                if let Some(at) = finished {
+                    outcomes[i] = Ok(());
+                    applied.push(at);
+                }
+            }
+        }
+        // The lost attempt that was applied committed whole: publish what it would have.
+        for ((_, now), snapshots, woke) in unknown {
+            if now.is_some_and(|now| applied.contains(&now)) {
+                if woke {
+                    self.core.hub.wake();
+                }
+                opts.notifier.publish(snapshots);
+            }
+        }
+        Ok(outcomes)
+    }
+
     /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
     fn ack_chunk(&self) -> usize {
         (self.core.dialect.max_params() / 4).clamp(1, 1_000)

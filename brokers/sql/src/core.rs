@@ -17,6 +17,29 @@ pub(crate) const MAX_TX_ATTEMPTS: u32 = 5;
 /// Attempts when the dialect says "retry at most once more" (MySQL 1205).
 pub(crate) const LIMITED_TX_ATTEMPTS: u32 = 2;
 
+/// Bytes a server's statement limit keeps free beside the largest accepted payload, result or
+/// cursor: what a one-value statement (`UPDATE … SET payload = ? WHERE id = ?`, an ack with
+/// its ID twice) needs besides the value itself, with room to spare.
+pub(crate) const BLOB_HEADROOM: u64 = 8 * 1024;
+/// Bytes of a statement limit kept free for the protocol's framing when the engine sizes a
+/// statement by its arguments ([`args_bytes`]).
+pub(crate) const STATEMENT_SLACK: u64 = 1024;
+
+/// About how many bytes `args` take in a prepared statement's execute packet, rounded up:
+/// each value with a 9-byte length prefix and 2 type bytes, plus the packet's header. The
+/// engine compares this with the server's statement limit.
+pub(crate) fn args_bytes(args: &[Value]) -> u64 {
+    let values: usize = args
+        .iter()
+        .map(|v| match v {
+            Value::Text(s) => s.len(),
+            Value::Bytes(b) => b.len(),
+            Value::Int(_) | Value::Null(_) => 8,
+        })
+        .sum();
+    u64::try_from(values + 11 * args.len() + 64).unwrap_or(u64::MAX)
+}
+
 /// Why a transaction body stopped: a driver error (classified by the retry loop) or a contract
 /// outcome (returned as is, after rollback).
 #[derive(Debug)]
@@ -25,6 +48,35 @@ pub(crate) enum TxFail {
     Op(Error),
     /// The caller went away while waiting for the writer; nothing was done.
     Abandoned,
+    /// The connection was lost during COMMIT and whether the transaction was applied could
+    /// not be found out (not settled, or the server stayed unreachable).
+    Unknown(DbError),
+}
+
+/// A COMMIT's outcome is unknown: the connection was lost while it was on its way, so the
+/// server may or may not have applied it. The source of an [`Error::Backend`] that says so.
+#[derive(Debug)]
+pub struct CommitUnknown {
+    /// The driver's error on the COMMIT (or on the last attempt to find out).
+    pub source: DbError,
+}
+
+impl std::fmt::Display for CommitUnknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "connection lost during COMMIT: the transaction may or may not have been applied \
+             (for enqueue and ack: the server could not be asked; repeating the same call on \
+             this handle settles it): {}",
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for CommitUnknown {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 impl From<DbError> for TxFail {
@@ -67,6 +119,10 @@ pub(crate) struct Core {
     /// Claims in flight hold a read guard until their tasks are delivered or requeued;
     /// `close` takes the write side to wait for them.
     pub(crate) inflight: Arc<tokio::sync::RwLock<()>>,
+    /// Calls whose COMMIT's outcome could not be settled, kept until they are repeated.
+    pub(crate) unresolved: crate::resolve::Unresolved,
+    /// The server's statement limit as read at the last `init` (`None`: unbounded).
+    statement_limit: RwLock<Option<crate::StatementLimit>>,
     sql_cache: RwLock<HashMap<(usize, usize), Arc<str>>>,
     sized_cache: RwLock<HashMap<SizedKey, Arc<str>>>,
     wake_sql: Option<String>,
@@ -92,6 +148,8 @@ impl Core {
             retries: AtomicU64::new(0),
             last_claim_full: std::sync::atomic::AtomicBool::new(false),
             inflight: Arc::new(tokio::sync::RwLock::new(())),
+            statement_limit: RwLock::new(None),
+            unresolved: crate::resolve::Unresolved::default(),
             sql_cache: RwLock::new(HashMap::new()),
             sized_cache: RwLock::new(HashMap::new()),
             wake_sql,
@@ -103,6 +161,18 @@ impl Core {
     /// The backend name for errors.
     pub(crate) fn name(&self) -> &'static str {
         self.dialect.name()
+    }
+
+    /// Records the server's statement limit (read by `init`).
+    pub(crate) fn set_statement_limit(&self, limit: Option<crate::StatementLimit>) {
+        *self.statement_limit.write().unwrap_or_else(|p| p.into_inner()) = limit;
+    }
+
+    /// How many argument bytes ([`args_bytes`]) one statement may carry, when the server
+    /// limits statements.
+    pub(crate) fn statement_budget(&self) -> Option<u64> {
+        let limit = *self.statement_limit.read().unwrap_or_else(|p| p.into_inner());
+        limit.map(|l| l.bytes.saturating_sub(STATEMENT_SLACK))
     }
 
     /// A driver error as the contract's storage failure.
@@ -170,6 +240,11 @@ impl Core {
             (None, TimeSource::Local) => Some(taskgate::Clock::now_ms(&SystemClock)),
             (None, TimeSource::Server) => None,
         }
+    }
+
+    /// Counts one retried transaction.
+    pub(crate) fn count_retry(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
     }
 
     /// True when a failed attempt `attempt` (1-based) should run again; counts the retry.
@@ -287,6 +362,11 @@ impl<'c> Tx<'c> {
         Ok(now)
     }
 
+    /// "Now" if this transaction knows it already (read, piggybacked or local).
+    pub(crate) fn known_now(&self) -> Option<Timestamp> {
+        self.now
+    }
+
     /// True when "now" is not known yet (a statement may piggyback it).
     pub(crate) fn needs_now(&self) -> bool {
         self.now.is_none()
@@ -310,41 +390,88 @@ impl<'c> Tx<'c> {
     }
 }
 
+/// How one attempt of a write transaction ended (what `in_tx!` decides on).
+pub(crate) enum Attempt<T> {
+    /// Committed; the value, the Notify snapshots and whether waiters must be woken.
+    Done(Settled<T>),
+    /// Failed before or at a COMMIT that the server answered (rolled back, or never sent).
+    Failed(TxFail),
+    /// The connection was lost during COMMIT: the server may or may not have applied it.
+    /// Carries what the attempt would have returned.
+    CommitUnknown(DbError, Settled<T>),
+}
+
+/// A transaction body's value with the Notify snapshots and the wake-up it produced.
+pub(crate) type Settled<T> = (T, Vec<Task>, bool);
+
+/// How long a write whose COMMIT's outcome is unknown keeps trying to find out (retrying on a
+/// fresh connection while the server cannot be reached) before it reports the outcome as
+/// unknown.
+pub(crate) const RESOLVE_WINDOW: Duration = Duration::from_secs(5);
+
 /// Runs `$body` (an expression using `$tx: &mut Tx`) in a write transaction with the retry
 /// loop of contract §11.2: rollback and classify on a driver error, retry deadlocks at once
 /// (up to 5 attempts; lock-wait timeouts at most 2) after a real-time back-off, return
 /// contract errors as they are. Snapshots of a failed attempt are dropped; the last attempt's
 /// are published after commit, and waiters are woken. Evaluates to `Result<T, TxFail>`.
 ///
+/// A COMMIT whose connection was lost ([`Dialect::is_connection_lost`]) may or may not have
+/// been applied. By default that ends the loop with [`TxFail::Unknown`]. With
+/// `settle = <&mut Vec<Settled<T>>>` the operation settles it instead (enqueue, ack): the
+/// attempt's would-be result is pushed to that list and the transaction runs again — its
+/// body must make a second run find out what the first did (the same IDs; a token check) —
+/// retrying lost connections for [`RESOLVE_WINDOW`] before it gives up with
+/// [`TxFail::Unknown`]. The caller compares the outcome with the list.
+///
 /// With `abandon = <future>`, the wait for the writer ends with [`TxFail::Abandoned`] when
 /// that future completes first (a claimer whose caller went away leaves the queue; adapters'
 /// `begin` is cancel-safe).
 macro_rules! in_tx {
     ($core:expr, $opts:expr, $op:expr, |$tx:ident| $body:expr) => {
-        $crate::core::in_tx!($core, $opts, $op, abandon = std::future::pending::<()>(), |$tx| $body)
+        $crate::core::in_tx!(
+            @run $core, $opts, $op, std::future::pending::<()>(),
+            None::<&mut Vec<$crate::core::Settled<_>>>, |$tx| $body
+        )
     };
-    ($core:expr, $opts:expr, $op:expr, abandon = $gone:expr, |$tx:ident| $body:expr) => {{
+    ($core:expr, $opts:expr, $op:expr, abandon = $gone:expr, |$tx:ident| $body:expr) => {
+        $crate::core::in_tx!(
+            @run $core, $opts, $op, $gone, None::<&mut Vec<$crate::core::Settled<_>>>, |$tx| $body
+        )
+    };
+    ($core:expr, $opts:expr, $op:expr, settle = $unknown:expr, |$tx:ident| $body:expr) => {
+        $crate::core::in_tx!(
+            @run $core, $opts, $op, std::future::pending::<()>(), Some($unknown), |$tx| $body
+        )
+    };
+    (@run $core:expr, $opts:expr, $op:expr, $gone:expr, $settle:expr, |$tx:ident| $body:expr) => {{
+        use $crate::core::{Attempt, TxFail};
         let core: &$crate::core::Core = $core;
         let opts: &taskgate::ResolvedOptions = $opts;
+        let mut settle = $settle;
         let mut attempt: u32 = 0;
+        let mut resolve_until: Option<std::time::Instant> = None;
         loop {
             attempt += 1;
-            let outcome: Result<_, $crate::core::TxFail> = async {
+            let outcome = async {
                 let mut wtx = tokio::select! {
                     biased;
-                    begun = core.adapter.begin() => begun?,
-                    _ = $gone => return Err($crate::core::TxFail::Abandoned),
+                    begun = core.adapter.begin() => match begun {
+                        Ok(wtx) => wtx,
+                        Err(e) => return Attempt::Failed(TxFail::Db(e)),
+                    },
+                    _ = $gone => return Attempt::Failed(TxFail::Abandoned),
                 };
                 let result = {
                     let mut $tx = $crate::core::Tx::new(wtx.conn(), core, opts);
                     match $body.await {
                         Ok(value) => {
-                            if $tx.woke {
-                                if let Some(sql) = core.wake_sql() {
-                                    $tx.exec(sql, &[]).await?;
-                                }
+                            let woke = $tx.woke;
+                            let waking = if woke { core.wake_sql() } else { None };
+                            match waking {
+                                Some(sql) => $tx.exec(sql, &[]).await.map(|_| ()),
+                                None => Ok(()),
                             }
-                            Ok((value, std::mem::take(&mut $tx.snapshots), $tx.woke))
+                            .map(|()| (value, std::mem::take(&mut $tx.snapshots), woke))
                         }
                         Err(e) => Err(e),
                     }
@@ -352,28 +479,55 @@ macro_rules! in_tx {
                 match result {
                     Ok(done) => {
                         core.run_before_commit_hook($op);
-                        wtx.commit().await?;
-                        Ok(done)
+                        match wtx.commit().await {
+                            Ok(()) => Attempt::Done(done),
+                            Err(e) if core.dialect.is_connection_lost(&e) => {
+                                Attempt::CommitUnknown(e, done)
+                            }
+                            Err(e) => Attempt::Failed(TxFail::Db(e)),
+                        }
                     }
                     Err(e) => {
                         let _ = wtx.rollback().await;
-                        Err(e)
+                        Attempt::Failed(e)
                     }
                 }
             }
             .await;
             match outcome {
-                Ok((value, snapshots, woke)) => {
+                Attempt::Done((value, snapshots, woke)) => {
                     if woke {
                         core.hub.wake();
                     }
                     opts.notifier.publish(snapshots);
                     break Ok(value);
                 }
-                Err($crate::core::TxFail::Db(e)) if core.should_retry(&e, attempt) => {
+                Attempt::CommitUnknown(e, done) => match settle.as_mut() {
+                    None => break Err(TxFail::Unknown(e)),
+                    Some(unknown) => {
+                        unknown.push(done);
+                        resolve_until.get_or_insert_with(|| {
+                            std::time::Instant::now() + $crate::core::RESOLVE_WINDOW
+                        });
+                        core.count_retry();
+                        tokio::time::sleep($crate::core::backoff(attempt)).await;
+                    }
+                },
+                Attempt::Failed(TxFail::Db(e))
+                    if resolve_until.is_some() && core.dialect.is_connection_lost(&e) =>
+                {
+                    // Settling an unknown COMMIT: keep trying while the server cannot be
+                    // reached, within the window.
+                    if resolve_until.is_some_and(|until| std::time::Instant::now() >= until) {
+                        break Err(TxFail::Unknown(e));
+                    }
+                    core.count_retry();
                     tokio::time::sleep($crate::core::backoff(attempt)).await;
                 }
-                Err(e) => break Err(e),
+                Attempt::Failed(TxFail::Db(e)) if core.should_retry(&e, attempt) => {
+                    tokio::time::sleep($crate::core::backoff(attempt)).await;
+                }
+                Attempt::Failed(e) => break Err(e),
             }
         }
     }};

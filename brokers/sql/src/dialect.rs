@@ -200,9 +200,21 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
     /// commit together. MySQL commits DDL implicitly; its migrations must be idempotent.
     fn transactional_ddl(&self) -> bool;
 
-    /// Classifies a failed statement or commit for the retry loop, on the driver's
-    /// structured error (PG SQLSTATE 40P01/40001, MySQL errno 1213 / 1205).
+    /// Classifies a failed statement for the retry loop, on the driver's structured error
+    /// (PG SQLSTATE 40P01/40001, MySQL errno 1213 / 1205). A statement that failed because
+    /// its connection was lost ([`Dialect::is_connection_lost`]) before the COMMIT was sent
+    /// may be classified [`RetryClass::Immediate`]: the server rolled the transaction back.
+    /// A COMMIT that failed that way never comes here (its outcome is unknown; the engine
+    /// settles it, see `in_tx!`).
     fn retry_class(&self, error: &DbError) -> RetryClass;
+
+    /// True when `error` means the connection itself is gone (a socket error; the server
+    /// terminating the session). Met on a COMMIT, it means the transaction may or may not
+    /// have been applied. Default: never (SQLite has no connection to lose).
+    fn is_connection_lost(&self, error: &DbError) -> bool {
+        let _ = error;
+        false
+    }
 
     /// `Some` when `error` is a unique violation (PG 23505, MySQL 1062, SQLite 1555/2067),
     /// with the index it hit when the driver says. `prefix` is the table prefix, for

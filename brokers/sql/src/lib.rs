@@ -24,6 +24,15 @@
 //!   timeouts ([`RetryClass::Limited`]) up to 2, after a 5 ms << k back-off in real time; Notify
 //!   snapshots of a failed attempt are dropped and the final attempt's are published after
 //!   commit. [`SqlBroker::tx_retries`] counts retries.
+//! * A COMMIT whose connection was lost ([`Dialect::is_connection_lost`]) is never retried
+//!   blindly. Enqueue and ack settle it: their IDs are chosen before the first attempt and
+//!   their tokens do not change, so running the transaction again finds what the lost attempt
+//!   did — its rows stored as written, its tasks completed at its `finished_at` — and the call
+//!   returns that truth, retrying an unreachable server for 5 s. If that is not enough the
+//!   call fails with a [`CommitUnknown`] source and the handle remembers it: repeating the
+//!   same call settles it without a duplicate. Other writes fail with [`CommitUnknown`].
+//! * Adapters take pooled connections through a [`ConnectGate`], so an unreachable server is
+//!   reported at once with the driver's cause.
 //! * Writes lock their rows first (`{lock}` = [`Dialect::lock_clause`]); enqueue locks parent
 //!   rows; propagation locks each child and converges the whole subtree in the transaction.
 //! * Reads (get, list, counts, queue_len, paused_queues) and the empty-poll probe run through
@@ -45,6 +54,10 @@
 //!   ([`TimeSource::Local`]), else the server's, read once per transaction (piggybacked on the
 //!   first row lock where possible). `Broker::now` outside a transaction is one
 //!   `SELECT <server now>` read; a fail's `RetryAt::After` is resolved on the transaction's now.
+//! * A server that limits the size of one statement ([`Adapter::statement_limit`], MySQL's
+//!   `max_allowed_packet`) lowers the payload limit at `init` to what fits beside an ID, and
+//!   no statement goes over it: a row carrying more is inserted without its blobs, which follow
+//!   one `UPDATE` each; multi-row inserts, acks and a step's cursor are split to fit.
 //! * Argument checks are the core's (`taskgate::validate`), called before any transaction;
 //!   `enqueue` and `ack` are the trait's provided forms over `enqueue_many` / `ack_many`.
 //!
@@ -52,14 +65,15 @@
 //!
 //! Implement [`Adapter`] (one generic `execute`/`fetch` per driver; decode [`Kind::Int`] from
 //! any integer or boolean column type, [`Kind::Text`] from text or binary-collated strings;
-//! bind [`Value::Null`] with its kind's SQL type), implement [`Dialect`], write the two
+//! bind [`Value::Null`] with its kind's SQL type), implement [`Dialect`], write the
 //! migrations with the same numbers and names as `migrations/sqlite/`, and wrap [`SqlBroker`]
 //! ([`EngineConfig::migrate_on_init`] = true for server databases; [`EngineConfig::capabilities`]
 //! says what the backend declares). The schema must have the
 //! columns of [`row::TASK_COLUMNS`] plus `has_children` (integer, default 0: set on a task
 //! whenever it gets a child edge that is not done) and the tables `{prefix}tasks`, `{prefix}task_deps`,
 //! `{prefix}quota` (`qkey, win, used, period`) and `{prefix}paused_queues(queue, paused_at)`.
-//! IDs must compare by bytes (PostgreSQL: `COLLATE "C"`; MySQL: `utf8mb4_bin`). Statements the
+//! Names (IDs, types, queues, keys, owners, tokens) must compare by bytes, without padding
+//! (PostgreSQL: `COLLATE "C"`; MySQL/MariaDB: a NO PAD binary collation). Statements the
 //! engine runs, and what they need from indexes, are listed by [`SqlBroker::hot_statements`]
 //! (check them with `EXPLAIN` in a test, as `brokers/sqlite/tests/plans.rs` does).
 //!
@@ -71,25 +85,31 @@
 mod adapter;
 mod broker;
 mod core;
+#[cfg(feature = "test-hooks")]
+pub mod cutproxy;
 mod dialect;
+mod gate;
 mod migrate;
 mod ops;
 mod plans;
 mod quota;
 #[cfg(feature = "test-hooks")]
 mod recording;
+mod resolve;
 pub mod row;
 mod value;
 
-pub use adapter::{Adapter, DbError, DbResult, Session, SqlConn, WriteTx};
+pub use adapter::{Adapter, DbError, DbResult, Session, SqlConn, StatementLimit, WriteTx};
 pub use broker::{EngineConfig, SqlBroker};
 #[cfg(feature = "test-hooks")]
 pub use core::BeforeCommitHook;
+pub use core::CommitUnknown;
 pub use dialect::{
     placeholders, rewrite_placeholders, ClaimShape, DdlLock, Dialect, Placeholder, QuotaShape,
     RetryClass, TimeSource, UniqueTarget,
 };
-pub use migrate::{migrate, split_statements, Migration};
+pub use gate::{ConnectGate, SLOW_ACQUIRE};
+pub use migrate::{migrate, split_statements, substitute, Migration};
 pub use plans::HotStatement;
 #[cfg(feature = "test-hooks")]
 pub use recording::{RecordingAdapter, StatementLog};
@@ -250,6 +270,11 @@ macro_rules! delegate_broker {
             }
             fn capabilities(&self) -> $crate::__private::taskgate::Capabilities {
                 $crate::__private::taskgate::Broker::capabilities(&self.$field)
+            }
+            fn limits(
+                &self,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::Limits> {
+                $crate::__private::taskgate::Broker::limits(&self.$field)
             }
             fn quota_provider(&self) -> Option<&dyn $crate::__private::taskgate::QuotaProvider> {
                 $crate::__private::taskgate::Broker::quota_provider(&self.$field)

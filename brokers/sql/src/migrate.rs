@@ -1,6 +1,7 @@
 //! The migration runner (extensions §E6): `migrations/<dialect>/NNNN_name.sql`, embedded by
-//! each backend, `{prefix}` substituted, applied in order under the dialect's DDL lock on one
-//! dedicated session, each recorded in `<prefix>schema_migrations(version, name, applied_at)`.
+//! each backend, `{prefix}` and the backend's own placeholders substituted ([`substitute`]),
+//! applied in order under the dialect's DDL lock on one dedicated session, each recorded in
+//! `<prefix>schema_migrations(version, name, applied_at)`.
 //! A second run is a no-op; concurrent cold starts serialise on the lock (or, on SQLite, on
 //! `BEGIN IMMEDIATE`) and re-check each version inside it.
 
@@ -19,8 +20,9 @@ pub struct Migration {
     pub version: i64,
     /// The file name without number and extension (`initial`, `steps_pause_owner`).
     pub name: &'static str,
-    /// The SQL text. `{prefix}` is replaced by the table prefix; statements end with `;` at
-    /// the end of a line; lines starting with `--` are comments.
+    /// The SQL text. `{prefix}` is replaced by the table prefix and any other `{name}` by the
+    /// value the backend's migration session gives it ([`Session::migration_vars`]);
+    /// statements end with `;` at the end of a line; lines starting with `--` are comments.
     pub sql: &'static str,
 }
 
@@ -79,9 +81,11 @@ pub async fn migrate(
             take_lock(session.as_mut(), dialect, lock).await?;
         }
         session.execute(&migrations_table(prefix, dialect), &[]).await?;
+        let mut vars = vec![("prefix".to_owned(), prefix.to_owned())];
+        vars.extend(session.migration_vars().await?);
         let mut applied = Vec::new();
         for m in migrations {
-            if apply(session.as_mut(), dialect, prefix, m).await? {
+            if apply(session.as_mut(), dialect, prefix, &vars, m).await? {
                 applied.push(m.version);
             }
         }
@@ -120,18 +124,41 @@ async fn take_lock(
     }
 }
 
+/// `sql` with every `{name}` of `vars` replaced by its value. A `{name}` left over (lower-case
+/// letters and `_` between braces) is an error naming it: the backend did not supply it.
+pub fn substitute(sql: &str, vars: &[(String, String)]) -> DbResult<String> {
+    let mut out = sql.to_owned();
+    for (name, value) in vars {
+        out = out.replace(&format!("{{{name}}}"), value);
+    }
+    let mut rest = out.as_str();
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let name_len = after.find(|c: char| !(c.is_ascii_lowercase() || c == '_'));
+        if let Some(len) = name_len.filter(|len| *len > 0 && after[*len..].starts_with('}')) {
+            return Err(crate::DbError::Protocol(format!(
+                "migration placeholder {{{}}} has no value on this backend",
+                &after[..len]
+            )));
+        }
+        rest = after;
+    }
+    Ok(out)
+}
+
 /// Applies one migration unless recorded; true when it ran.
 async fn apply(
     session: &mut dyn Session,
     dialect: &dyn Dialect,
     prefix: &str,
+    vars: &[(String, String)],
     m: &Migration,
 ) -> DbResult<bool> {
     let transactional = dialect.transactional_ddl();
     if transactional {
         session.begin().await?;
     }
-    let outcome = apply_inside(session, dialect, prefix, m).await;
+    let outcome = apply_inside(session, dialect, prefix, vars, m).await;
     match (transactional, &outcome) {
         (true, Ok(_)) => session.commit().await?,
         (true, Err(_)) => {
@@ -146,6 +173,7 @@ async fn apply_inside(
     session: &mut dyn Session,
     dialect: &dyn Dialect,
     prefix: &str,
+    vars: &[(String, String)],
     m: &Migration,
 ) -> DbResult<bool> {
     let check = dialect_sql(
@@ -155,7 +183,7 @@ async fn apply_inside(
     if !session.fetch(&check, &[Value::Int(m.version)], &[Kind::Int]).await?.is_empty() {
         return Ok(false);
     }
-    for statement in split_statements(&m.sql.replace("{prefix}", prefix)) {
+    for statement in split_statements(&substitute(m.sql, vars)?) {
         match session.execute(&statement, &[]).await {
             Ok(_) => {}
             Err(e) if dialect.is_already_applied(&e) => {}
@@ -189,6 +217,20 @@ mod tests {
                 "CREATE INDEX i ON a (x)".to_owned()
             ]
         );
+    }
+
+    #[test]
+    fn placeholders_are_substituted_and_a_missing_one_is_named() {
+        let vars = [("prefix".to_owned(), "p_".to_owned()), ("coll".to_owned(), "c1".to_owned())];
+        let sql = "ALTER TABLE {prefix}t MODIFY x TEXT COLLATE {coll}";
+        assert_eq!(
+            substitute(sql, &vars).ok(),
+            Some("ALTER TABLE p_t MODIFY x TEXT COLLATE c1".into())
+        );
+        let missing = substitute("ALTER TABLE {prefix}t COLLATE {other}", &vars);
+        assert!(matches!(missing, Err(crate::DbError::Protocol(m)) if m.contains("{other}")));
+        let json = substitute("SELECT '{\"a\": 1}', '{}', '{X}'", &vars);
+        assert!(json.is_ok(), "braces that are no placeholder pass: {json:?}");
     }
 
     #[test]

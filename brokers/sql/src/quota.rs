@@ -149,6 +149,9 @@ impl Core {
             TxFail::Op(e) => e,
             TxFail::Db(e) => self.backend_error(e),
             TxFail::Abandoned => Error::backend(self.name(), "the caller went away"),
+            TxFail::Unknown(source) => {
+                Error::backend(self.name(), crate::core::CommitUnknown { source })
+            }
         }
     }
 }

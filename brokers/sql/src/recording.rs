@@ -105,6 +105,10 @@ impl Adapter for RecordingAdapter {
     async fn close(&self) {
         self.inner.close().await;
     }
+
+    async fn statement_limit(&self) -> DbResult<Option<crate::StatementLimit>> {
+        self.inner.statement_limit().await
+    }
 }
 
 /// A write transaction or session whose statements are recorded.
@@ -157,5 +161,9 @@ impl Session for Recorded<dyn Session> {
 
     async fn close(self: Box<Self>) -> DbResult<()> {
         self.inner.close().await
+    }
+
+    async fn migration_vars(&mut self) -> DbResult<Vec<(String, String)>> {
+        self.inner.migration_vars().await
     }
 }

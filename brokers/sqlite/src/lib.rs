@@ -59,6 +59,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "steps_pause_owner",
         sql: include_str!("../../../migrations/sqlite/0002_steps_pause_owner.sql"),
     },
+    Migration {
+        version: 3,
+        name: "names_by_bytes",
+        sql: include_str!("../../../migrations/sqlite/0003_names_by_bytes.sql"),
+    },
 ];
 
 /// What a SQLite broker on `location` declares: quota, `enqueue_in`, and for a file shared

@@ -139,6 +139,7 @@ async fn reads(b: &dyn Broker) -> Vec<Outcome> {
         bounded("queue_len", b.queue_len("q")).await,
         bounded("counts", b.counts()).await,
         bounded("paused_queues", b.paused_queues()).await,
+        bounded("limits", std::future::ready(b.limits())).await,
     ]
 }
 

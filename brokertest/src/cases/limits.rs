@@ -1,9 +1,9 @@
 //! Input limits (extensions §E7, §E3; decisions "API shape").
 
 use taskgate::validate::{validate_prefix, DEFAULT_MAX_PAYLOAD_BYTES};
-use taskgate::{Broker, Failure, ReplayRequest, Status, Step, Task};
+use taskgate::{Broker, Error, ErrorKind, Failure, Limits, ReplayRequest, Status, Step, Task};
 
-use super::check::{expect_invalid, ids, stored_ids};
+use super::check::{expect_err, expect_invalid, ids, stored_ids};
 use crate::{task, CaseResult, Factory, Harness};
 
 /// Given an empty broker, when tasks break a limit — a 256-character id, type, queue or
@@ -108,4 +108,71 @@ async fn bad_prefixes(h: &Harness) {
     }
     let good = validate_prefix("taskgate_");
     assert!(good.is_ok(), "the default prefix is valid: {good:?}");
+}
+
+/// Given the limit the broker reports after `init` (`Broker::limits`: 16 MiB with the default
+/// options, or less — at least 1 MiB — when the storage holds less, with the storage setting
+/// that bound it), then a payload, a step cursor, a result and a replay payload of exactly that
+/// many bytes are accepted, stored on one task together and read back byte for byte, and one
+/// byte more is `InvalidInput` naming `payload`, `cursor`, `result` or `payload` (replay),
+/// whose reason names the limit (and the setting, when one bound it), and changes nothing.
+pub async fn c36_payload_limits(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::new(factory).await?;
+    let limits = h.broker.limits()?;
+    let max = limits.max_payload_bytes;
+    assert!(max <= DEFAULT_MAX_PAYLOAD_BYTES, "{max} is over the configured 16 MiB");
+    assert!(max >= 1024 * 1024, "a limit of {max} bytes is below 1 MiB");
+    assert_eq!(limits.bound.is_some(), max < DEFAULT_MAX_PAYLOAD_BYTES, "{limits:?}");
+    // One buffer of the largest size (a pattern, so a shifted or cut copy shows) and one
+    // byte more; every write below passes clones of these two.
+    let big: Vec<u8> = (0..max).map(|i| u8::try_from(i % 251).unwrap_or(0)).collect();
+    let mut over = big.clone();
+    over.push(0xff);
+    let r = h.broker.enqueue(&task("over", "job", "qb").with_payload(over.clone())).await;
+    refused(r, "payload", &limits, "enqueue with a payload one byte over the limit");
+    h.enqueue(task("big", "job", "qb").with_payload(big.clone())).await;
+    assert!(h.get("big").await.payload == Some(big.clone()), "payload read back differs");
+
+    let claimed = h.dequeue(&["qb"]).await;
+    let token = claimed.lease_token.as_str();
+    let step = |cursor: &Vec<u8>| Step { cursor: Some(cursor.clone()), ..Step::default() };
+    let r = h.broker.save_step("big", token, step(&over)).await;
+    refused(r, "cursor", &limits, "save_step with a cursor one byte over the limit");
+    h.broker.save_step("big", token, step(&big)).await?;
+    let claimed = h.dequeue(&["qb"]).await;
+    assert!(claimed.cursor == Some(big.clone()), "the cursor a claim returns differs");
+    let token = claimed.lease_token.as_str();
+    let r = h.broker.ack("big", token, Some(over.clone())).await;
+    refused(r, "result", &limits, "ack with a result one byte over the limit");
+    h.broker.ack("big", token, Some(big.clone())).await?;
+    let done = h.get("big").await;
+    assert_eq!(done.status, Status::Completed, "ack with the largest result");
+    assert!(done.payload == Some(big.clone()), "payload after ack differs");
+    assert!(done.cursor == Some(big.clone()), "cursor after ack differs");
+    assert!(done.result == Some(big.clone()), "result after ack differs");
+    drop(done);
+
+    let request = ReplayRequest::by_id("big").allow_completed();
+    let r = h.broker.replay(request.clone().with_payload(over)).await;
+    refused(r, "payload", &limits, "replay with a payload one byte over the limit");
+    let replay = h.broker.replay(request.with_payload(big.clone())).await?;
+    assert!(h.get(&replay.id).await.payload == Some(big), "the replay's payload differs");
+    assert_eq!(stored_ids(&*h.broker).await?, ids(&["big", replay.id.as_str()]), "stored");
+    h.finish().await
+}
+
+/// Asserts `result` is `InvalidInput` naming `field`, with a reason that names the limit and,
+/// when the storage bound it, the setting.
+fn refused<T>(result: taskgate::Result<T>, field: &str, limits: &Limits, what: &str) {
+    match expect_err(result, ErrorKind::InvalidInput, what) {
+        Error::InvalidInput { field: got, reason } => {
+            assert_eq!(got, field, "{what}: InvalidInput names the wrong field");
+            let max = limits.max_payload_bytes.to_string();
+            assert!(reason.contains(&max), "{what}: the reason names no limit: {reason}");
+            if let Some(bound) = limits.bound {
+                assert!(reason.contains(bound.setting), "{what}: {reason} names no setting");
+            }
+        }
+        other => panic!("{what}: InvalidInput of another shape: {other:?}"),
+    }
 }

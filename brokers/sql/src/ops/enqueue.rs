@@ -7,7 +7,7 @@ use taskgate::decide::{submit_decision, SubmitDecision};
 use taskgate::{id, Error, ExistingTask, Status, Task};
 
 use super::{id_status, lock_statuses, mark_has_children};
-use crate::core::{Tx, TxFail};
+use crate::core::{args_bytes, Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_COLUMN_COUNT};
 use crate::{Kind, Value};
@@ -17,18 +17,26 @@ pub(crate) fn is_plain(task: &Task) -> bool {
     task.business_key.is_empty() && task.depends_on.is_empty()
 }
 
-/// Stores a run of validated [plain](is_plain) tasks with one multi-row `INSERT` per chunk
-/// (below the dialect's bind-parameter limit) and returns the stored rows in order.
+/// The ID each task of a batch is stored under: its preset ID, or a new ULID. Chosen once per
+/// call, before the first transaction, so a transaction that runs again (after a COMMIT whose
+/// outcome was lost) stores the same rows under the same IDs and cannot make a second copy.
+pub(crate) fn assign_ids(tasks: &[Task]) -> Vec<String> {
+    tasks.iter().map(|t| if t.id.is_empty() { id::new_ulid() } else { t.id.clone() }).collect()
+}
+
+/// Stores a run of validated [plain](is_plain) tasks, each with the ID it was assigned
+/// ([`assign_ids`]), with one multi-row `INSERT` per chunk (below the dialect's
+/// bind-parameter limit) and returns the stored rows in order.
 ///
 /// The outcome is the one [`enqueue`] per task gives: preset IDs are checked with one
 /// `SELECT` per chunk, and the first task (in batch order) whose ID is stored already, or
 /// used by an earlier task of the run, fails the batch with `TaskExists` naming that ID.
 pub(crate) async fn enqueue_plain(
     tx: &mut Tx<'_>,
-    tasks: &[&Task],
+    tasks: &[(&Task, &str)],
 ) -> Result<Vec<TaskRow>, TxFail> {
     let preset: Vec<&str> =
-        tasks.iter().filter(|t| !t.id.is_empty()).map(|t| t.id.as_str()).collect();
+        tasks.iter().filter(|(t, _)| !t.id.is_empty()).map(|(t, _)| t.id.as_str()).collect();
     let mut taken: HashSet<String> = HashSet::new();
     let per_select = tx.core.dialect.max_params().max(1);
     for chunk in preset.chunks(per_select) {
@@ -43,30 +51,14 @@ pub(crate) async fn enqueue_plain(
         }
     }
     let mut rows = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        let id = if task.id.is_empty() {
-            id::new_ulid()
-        } else {
-            if !taken.insert(task.id.clone()) {
-                return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
-            }
-            task.id.clone()
-        };
-        let decision = submit_decision(std::iter::empty(), task.on_parent_failure);
-        rows.push(build_row(tx, task, id, &decision).await?);
-    }
-    let per_insert = (tx.core.dialect.max_params() / TASK_COLUMN_COUNT).max(1);
-    for chunk in rows.chunks(per_insert) {
-        let sql = tx.core.sql_sized("enqueue_plain_insert", (chunk.len(), 0), || {
-            let row = format!("({})", placeholders(TASK_COLUMN_COUNT));
-            format!("INSERT INTO {{tasks}} ({{cols}}) VALUES {}", vec![row; chunk.len()].join(", "))
-        });
-        let mut args = Vec::with_capacity(chunk.len() * TASK_COLUMN_COUNT);
-        for row in chunk {
-            args.extend(row.insert_args());
+    for (task, id) in tasks {
+        if !task.id.is_empty() && !taken.insert(task.id.clone()) {
+            return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
         }
-        tx.exec(&sql, &args).await?;
+        let decision = submit_decision(std::iter::empty(), task.on_parent_failure);
+        rows.push(build_row(tx, task, (*id).to_owned(), &decision).await?);
     }
+    insert_rows(tx, &rows).await?;
     for row in &rows {
         tx.snapshot(&row.task);
         if row.task.status == Status::Pending {
@@ -76,22 +68,21 @@ pub(crate) async fn enqueue_plain(
     Ok(rows)
 }
 
-/// Stores one validated task inside the transaction and returns the stored row.
-pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxFail> {
+/// Stores one validated task inside the transaction under `id` (its preset ID, or the one
+/// [`assign_ids`] generated) and returns the stored row.
+pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task, id: &str) -> Result<TaskRow, TxFail> {
     if !task.business_key.is_empty() {
         if let Some(existing) = key_tail(tx, &task.business_key).await? {
             return Err(Error::TaskExists { id: String::new(), existing: Some(existing) }.into());
         }
     }
-    let id = if task.id.is_empty() {
-        id::new_ulid()
-    } else {
+    if !task.id.is_empty() {
         let sql = tx.core.sql("SELECT id FROM {tasks} WHERE id = ?");
         if !tx.fetch(&sql, &[Value::from(&task.id)], &[Kind::Text]).await?.is_empty() {
             return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
         }
-        task.id.clone()
-    };
+    }
+    let id = id.to_owned();
     let parents = task.distinct_parents();
     let found = lock_statuses(tx, &parents).await?;
     let mut statuses = Vec::with_capacity(parents.len());
@@ -103,8 +94,7 @@ pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxF
     }
     let decision = submit_decision(statuses.iter().copied(), task.on_parent_failure);
     let row = build_row(tx, task, id, &decision).await?;
-    let sql = tx.core.sql(INSERT_SQL);
-    tx.exec(&sql, &row.insert_args()).await?;
+    insert_rows(tx, std::slice::from_ref(&row)).await?;
     insert_edges(tx, &row.task.id, &statuses).await?;
     mark_has_children(tx, &statuses).await?;
     tx.snapshot(&row.task);
@@ -112,6 +102,99 @@ pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task) -> Result<TaskRow, TxF
         tx.wake();
     }
     Ok(row)
+}
+
+/// The blob columns of a task row: their index in [`TaskRow::insert_args`] and their column.
+const BLOBS: [(usize, Blob); 3] = [(3, Blob::Payload), (5, Blob::Result), (23, Blob::Cursor)];
+
+/// A blob column of the tasks table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Blob {
+    Payload,
+    Result,
+    Cursor,
+}
+
+/// Inserts `rows` (in order) with as few statements as fit: multi-row `INSERT`s below the
+/// dialect's parameter limit and the server's statement limit
+/// ([`Core::statement_budget`]). A row that
+/// does not fit one statement on its own (a payload, result and cursor of the largest size at
+/// once) is inserted without its blobs, which then follow one `UPDATE` each — every one of
+/// them fits, because the payload limit leaves room for a value and an ID
+/// ([`BLOB_HEADROOM`](crate::core::BLOB_HEADROOM)).
+///
+/// [`Core::statement_budget`]: crate::core::Core::statement_budget
+pub(crate) async fn insert_rows(tx: &mut Tx<'_>, rows: &[TaskRow]) -> Result<(), TxFail> {
+    let per_insert = (tx.core.dialect.max_params() / TASK_COLUMN_COUNT).max(1);
+    let budget = tx.core.statement_budget().unwrap_or(u64::MAX);
+    let (mut chunk, mut chunk_rows, mut chunk_bytes) = (Vec::new(), 0, 0u64);
+    for row in rows {
+        let args = row.insert_args();
+        let bytes = args_bytes(&args);
+        if chunk_rows > 0 && (chunk_rows == per_insert || chunk_bytes + bytes > budget) {
+            insert_chunk(tx, std::mem::take(&mut chunk), chunk_rows).await?;
+            (chunk_rows, chunk_bytes) = (0, 0);
+        }
+        if bytes > budget {
+            insert_split(tx, args).await?;
+            continue;
+        }
+        chunk.extend(args);
+        chunk_rows += 1;
+        chunk_bytes += bytes;
+    }
+    if chunk_rows > 0 {
+        insert_chunk(tx, chunk, chunk_rows).await?;
+    }
+    Ok(())
+}
+
+/// One `INSERT` of `n` rows whose arguments are `args`.
+async fn insert_chunk(tx: &mut Tx<'_>, args: Vec<Value>, n: usize) -> Result<(), TxFail> {
+    let sql = if n == 1 {
+        tx.core.sql(INSERT_SQL)
+    } else {
+        tx.core.sql_sized("enqueue_plain_insert", (n, 0), || {
+            let row = format!("({})", placeholders(TASK_COLUMN_COUNT));
+            format!("INSERT INTO {{tasks}} ({{cols}}) VALUES {}", vec![row; n].join(", "))
+        })
+    };
+    tx.exec(&sql, &args).await?;
+    Ok(())
+}
+
+/// A row too big for one statement: inserted with NULL blobs, then each blob by its own
+/// `UPDATE … WHERE id = ?`.
+async fn insert_split(tx: &mut Tx<'_>, mut args: Vec<Value>) -> Result<(), TxFail> {
+    let mut blobs = Vec::new();
+    for (index, column) in BLOBS {
+        let value = std::mem::replace(&mut args[index], Value::Null(Kind::Bytes));
+        if !matches!(value, Value::Null(_)) {
+            blobs.push((column, value));
+        }
+    }
+    let id = args[0].clone();
+    insert_chunk(tx, args, 1).await?;
+    for (column, value) in blobs {
+        write_blob(tx, column, value, id.clone()).await?;
+    }
+    Ok(())
+}
+
+/// `UPDATE {tasks} SET <column> = ? WHERE id = ?` for one blob column.
+pub(crate) async fn write_blob(
+    tx: &mut Tx<'_>,
+    column: Blob,
+    value: Value,
+    id: Value,
+) -> Result<(), TxFail> {
+    let sql = tx.core.sql(match column {
+        Blob::Payload => "UPDATE {tasks} SET payload = ? WHERE id = ?",
+        Blob::Result => "UPDATE {tasks} SET result = ? WHERE id = ?",
+        Blob::Cursor => "UPDATE {tasks} SET step_cursor = ? WHERE id = ?",
+    });
+    tx.exec(&sql, &[value, id]).await?;
+    Ok(())
 }
 
 /// The stored form of `task` under `decision`: broker-owned fields overwritten, times floored.

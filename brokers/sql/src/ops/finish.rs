@@ -8,7 +8,7 @@ use super::propagate::propagate;
 use super::{check_token, finish, lock_task, release, write_row, Also};
 use std::sync::Arc;
 
-use crate::core::{Core, Tx, TxFail};
+use crate::core::{args_bytes, Core, Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::TaskRow;
 use crate::{Kind, Value};
@@ -114,8 +114,28 @@ async fn lock_with_children(
     Ok((rows, with_children))
 }
 
-/// Writes `completed` for every row in one statement (results bound per row).
+/// Writes `completed` for every row: one statement (results bound per row), or as many as
+/// keep each below the server's statement limit when the results are large.
 async fn complete_rows(tx: &mut Tx<'_>, rows: &[TaskRow], now: Timestamp) -> Result<(), TxFail> {
+    let Some(budget) = tx.core.statement_budget() else {
+        return complete_chunk(tx, rows, now).await;
+    };
+    let mut start = 0;
+    let mut bytes = args_bytes(&[Value::from(now)]);
+    for (i, r) in rows.iter().enumerate() {
+        let id = r.task.id.len() as u64;
+        let row_bytes = 2 * id + r.task.result.as_ref().map_or(0, |b| b.len() as u64) + 33;
+        if i > start && bytes + row_bytes > budget {
+            complete_chunk(tx, &rows[start..i], now).await?;
+            (start, bytes) = (i, args_bytes(&[Value::from(now)]));
+        }
+        bytes += row_bytes;
+    }
+    complete_chunk(tx, &rows[start..], now).await
+}
+
+/// One `UPDATE` completing `rows`.
+async fn complete_chunk(tx: &mut Tx<'_>, rows: &[TaskRow], now: Timestamp) -> Result<(), TxFail> {
     if rows.is_empty() {
         return Ok(());
     }

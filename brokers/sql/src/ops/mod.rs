@@ -14,7 +14,7 @@ pub(crate) mod replay;
 
 use taskgate::{Error, Status, Timestamp};
 
-use crate::core::{Tx, TxFail};
+use crate::core::{args_bytes, Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_COLUMN_COUNT, TASK_KINDS};
 use crate::{Kind, Row, Value};
@@ -175,14 +175,25 @@ pub(crate) async fn write_row(tx: &mut Tx<'_>, row: &TaskRow, also: Also) -> Res
         Value::from(t.steps),
         Value::from(t.resumes),
     ];
-    let sql = match also {
-        Also::Nothing => tx.core.sql(STATE),
-        Also::Cursor => {
-            args.push(Value::opt_bytes(t.cursor.as_deref()));
-            tx.core.sql(WITH_CURSOR)
+    let id = Value::from(&t.id);
+    if also == Also::Cursor {
+        let tail = [Value::opt_bytes(t.cursor.as_deref()), id];
+        let budget = tx.core.statement_budget();
+        if budget.is_none_or(|b| args_bytes(&args) + args_bytes(&tail) <= b) {
+            args.extend(tail);
+            let sql = tx.core.sql(WITH_CURSOR);
+            tx.exec(&sql, &args).await?;
+            return Ok(());
         }
-    };
-    args.push(Value::from(&t.id));
+        // Over the server's statement limit: the cursor goes by itself (it fits alone).
+        let [cursor, id] = tail;
+        args.push(id.clone());
+        let sql = tx.core.sql(STATE);
+        tx.exec(&sql, &args).await?;
+        return enqueue::write_blob(tx, enqueue::Blob::Cursor, cursor, id).await;
+    }
+    args.push(id);
+    let sql = tx.core.sql(STATE);
     tx.exec(&sql, &args).await?;
     Ok(())
 }

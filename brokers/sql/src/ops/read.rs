@@ -1,9 +1,12 @@
 //! Reads (contract §7): get, list, queue_len, counts, paused queues, the server's time — plain
 //! pooled queries, no transaction, no row locks.
 
+use std::collections::HashMap;
+
 use taskgate::{Counts, Filter, Result, Status, Task, Timestamp};
 
 use crate::core::Core;
+use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_KINDS};
 use crate::value::{Cols, DecodeError};
 use crate::{Kind, Row, Value};
@@ -31,6 +34,22 @@ pub(crate) async fn get(core: &Core, id: &str) -> Result<Option<Task>> {
         None => Ok(None),
         Some(r) => Ok(Some(decoded(core, TaskRow::decode(r))?.task)),
     }
+}
+
+/// The stored tasks among `ids`, by ID (chunked below the dialect's parameter limit).
+pub(crate) async fn by_ids(core: &Core, ids: &[&str]) -> Result<HashMap<String, Task>> {
+    let mut found = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(core.dialect.max_params().max(1)) {
+        let sql = core.sql_sized("tasks_by_ids", (chunk.len(), 0), || {
+            format!("SELECT {{cols}} FROM {{tasks}} WHERE id IN ({})", placeholders(chunk.len()))
+        });
+        let args: Vec<Value> = chunk.iter().map(|id| Value::from(*id)).collect();
+        for r in read(core, &sql, &args, &TASK_KINDS).await? {
+            let task = decoded(core, TaskRow::decode(&r))?.task;
+            found.insert(task.id.clone(), task);
+        }
+    }
+    Ok(found)
 }
 
 /// Tasks matching `filter` in `(created_at, id)` order, paged.

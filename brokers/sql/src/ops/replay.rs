@@ -52,8 +52,7 @@ pub(crate) async fn replay(tx: &mut Tx<'_>, req: &ReplayRequest) -> Result<Task,
         ..Task::default()
     };
     let row = TaskRow { task, pending_parents: 0, lease_until: 0 };
-    let sql = tx.core.sql(super::enqueue::INSERT_SQL);
-    tx.exec(&sql, &row.insert_args()).await?;
+    super::enqueue::insert_rows(tx, std::slice::from_ref(&row)).await?;
     tx.snapshot(&row.task);
     tx.wake();
     Ok(row.task)

@@ -1,0 +1,91 @@
+//! Connections that fail the broker, through a TCP proxy in front of the test server
+//! (`taskgate_sql::cutproxy`): a COMMIT cut before it reached the server or after the server
+//! applied it (enqueue, enqueue_many and ack return the truth, nothing doubled or lost), a
+//! server that stays unreachable after a lost COMMIT (the repeated call resolves it without a
+//! duplicate), and an unreachable server (a closed port, a name that does not resolve, a
+//! server gone after `init`), reported at once with the driver's cause, as on MySQL.
+
+mod common;
+
+use std::time::Duration;
+
+use brokertest::Storage as _;
+use taskgate::{BoxError, Broker, BrokerOptions, ErrorKind};
+use taskgate_postgres::testing::PgStorage;
+use taskgate_postgres::{PgBroker, PgOptions};
+use taskgate_sql::cutproxy::{self, CutProxy};
+
+/// A handle on `storage` whose connections go through a new proxy, and that proxy.
+async fn through_proxy(storage: &PgStorage) -> Result<(PgBroker, CutProxy), BoxError> {
+    let (proxy, url) = cutproxy::start_for_url(storage.url()).await?;
+    let broker = PgOptions::from_url(&url)?.prefix(storage.prefix()).connect().await?;
+    broker.init(BrokerOptions::default()).await?;
+    Ok((broker, proxy))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_cut_before_or_after_the_server_applied_it_returns_the_truth(
+) -> Result<(), BoxError> {
+    let Some(storage) = common::storage("a_commit_cut_returns_the_truth").await else {
+        return Ok(());
+    };
+    let direct = storage.broker().await?;
+    direct.init(BrokerOptions::default()).await?;
+    let (through, proxy) = through_proxy(&storage).await?;
+    cutproxy::check_commit_cuts(&through, &direct, &proxy).await?;
+    through.close().await?;
+    direct.close().await?;
+    storage.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_commit_on_a_server_that_stays_away_is_resolved_by_the_repeat(
+) -> Result<(), BoxError> {
+    let Some(storage) = common::storage("a_lost_commit_is_resolved_by_the_repeat").await else {
+        return Ok(());
+    };
+    let direct = storage.broker().await?;
+    direct.init(BrokerOptions::default()).await?;
+    let (through, proxy) = through_proxy(&storage).await?;
+    cutproxy::check_unresolved_commits(&through, &direct, &proxy).await?;
+    through.close().await?;
+    direct.close().await?;
+    storage.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_gone_after_init_fails_the_next_call_at_once_naming_the_cause(
+) -> Result<(), BoxError> {
+    let Some(storage) = common::storage("a_server_gone_after_init").await else {
+        return Ok(());
+    };
+    let (through, proxy) = through_proxy(&storage).await?;
+    cutproxy::check_unreachable_fails_fast(&through, &proxy).await?;
+    through.close().await?;
+    storage.cleanup().await
+}
+
+/// `init` against a closed port on 127.0.0.1 and against a host name that does not resolve
+/// fails with the driver's cause in the error's text (`connect` does no I/O on PostgreSQL;
+/// the 60 s bound only catches a hang).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_fails_at_once_naming_the_cause() -> Result<(), BoxError> {
+    let port = cutproxy::closed_port()?;
+    let cases = [
+        (format!("postgres://postgres@127.0.0.1:{port}/test"), "Connection refused"),
+        (
+            "postgres://postgres@no-such-host.invalid:5432/test".to_owned(),
+            "failed to lookup address",
+        ),
+    ];
+    let bound = Duration::from_secs(60);
+    for (url, cause) in cases {
+        let broker = PgBroker::connect(&url).await?;
+        let init = tokio::time::timeout(bound, broker.init(BrokerOptions::default())).await;
+        match init.map_err(|_| format!("init {url} hung"))? {
+            Err(e) if e.is(ErrorKind::Backend) && e.to_string().contains(cause) => {}
+            other => return Err(format!("init {url}: expected {cause:?}, got {other:?}").into()),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,461 @@
+//! [`CutProxy`]: a TCP proxy for tests that sits between a broker and its database server and
+//! cuts the connection at a transaction's `COMMIT` — right before forwarding it (the server
+//! never sees it: the transaction rolls back) or right after the server answered it (the
+//! transaction committed, the client never hears so). It can also stop accepting, so the
+//! server looks unreachable (connection refused), and accept again on the same port. Feature
+//! `test-hooks`.
+//!
+//! It recognises the `COMMIT` that sqlx sends as a plain-text query: PostgreSQL's simple
+//! `Query` message ([`PG_COMMIT`]) and MySQL's `COM_QUERY` packet ([`MYSQL_COMMIT`]). The
+//! connection must not be encrypted (`sslmode=disable`, `ssl-mode=disabled`), and a `COMMIT`
+//! split across two reads is not seen (sqlx writes it in one piece; a test asserts
+//! [`CutProxy::cuts`] so a missed one fails it).
+//!
+//! The checks every server backend runs through it are here too, written once:
+//! [`check_commit_cuts`], [`check_unresolved_commits`], [`check_unreachable_fails_fast`].
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use taskgate::{AckItem, BoxError, Broker, ErrorKind, Filter, Status, Task};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// PostgreSQL's `COMMIT` as a simple query: `'Q'`, length 11, `"COMMIT\0"`.
+pub const PG_COMMIT: &[u8] = b"Q\x00\x00\x00\x0bCOMMIT\x00";
+/// MySQL's `COMMIT` as `COM_QUERY`: payload length 7, sequence 0, command 3, `"COMMIT"`.
+pub const MYSQL_COMMIT: &[u8] = b"\x07\x00\x00\x00\x03COMMIT";
+
+/// Where the next `COMMIT` is cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// Not forwarded: the server sees the connection close inside the transaction and rolls
+    /// it back.
+    BeforeCommit,
+    /// Forwarded, and the server's answer awaited and dropped: the transaction committed, the
+    /// client sees its connection close without an answer.
+    AfterCommit,
+    /// As `AfterCommit`, and before the client sees the close the proxy stops accepting and
+    /// closes every other connection: the server stays unreachable (connection refused) until
+    /// [`CutProxy::resume`].
+    AfterCommitThenRefuse,
+}
+
+/// What the proxy's connections share.
+struct Shared {
+    upstream: SocketAddr,
+    commit: &'static [u8],
+    armed: Mutex<Option<Cut>>,
+    cuts: AtomicUsize,
+    /// `true` closes every connection at once.
+    kill: watch::Sender<bool>,
+    /// `true` stops the accept loop; it drops the listener and then sets `closed`.
+    stop: watch::Sender<bool>,
+    closed: watch::Sender<bool>,
+}
+
+impl Shared {
+    /// Stops accepting and waits until the port is closed.
+    async fn refuse(&self) {
+        let mut closed = self.closed.subscribe();
+        self.stop.send_replace(true);
+        let _ = closed.wait_for(|c| *c).await;
+    }
+
+    /// Closes every open connection.
+    fn drop_connections(&self) {
+        self.kill.send_replace(true);
+        self.kill.send_replace(false);
+    }
+}
+
+/// A TCP proxy that cuts a connection at `COMMIT` on demand (module docs).
+pub struct CutProxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for CutProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CutProxy").field("addr", &self.addr).finish()
+    }
+}
+
+/// A port on 127.0.0.1 nothing listens on (bound once by this process, then closed).
+pub fn closed_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+}
+
+impl CutProxy {
+    /// Starts a proxy on a free port of 127.0.0.1 forwarding to `upstream`, recognising
+    /// `commit` ([`PG_COMMIT`] or [`MYSQL_COMMIT`]).
+    pub async fn start(upstream: SocketAddr, commit: &'static [u8]) -> std::io::Result<CutProxy> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            upstream,
+            commit,
+            armed: Mutex::new(None),
+            cuts: AtomicUsize::new(0),
+            kill: watch::channel(false).0,
+            stop: watch::channel(false).0,
+            closed: watch::channel(false).0,
+        });
+        tokio::spawn(accept_loop(listener, shared.clone()));
+        Ok(CutProxy { addr, shared })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Cuts the next `COMMIT` any connection sends, once.
+    pub fn arm(&self, cut: Cut) {
+        *self.shared.armed.lock().unwrap_or_else(|p| p.into_inner()) = Some(cut);
+    }
+
+    /// How many `COMMIT`s were cut so far.
+    pub fn cuts(&self) -> usize {
+        self.shared.cuts.load(Ordering::SeqCst)
+    }
+
+    /// Closes every open connection (the server sees each one close; open transactions roll
+    /// back). New connections are still accepted.
+    pub fn drop_connections(&self) {
+        self.shared.drop_connections();
+    }
+
+    /// Stops accepting (the port closes: new connections are refused) and closes every open
+    /// connection.
+    pub async fn refuse(&self) {
+        self.shared.refuse().await;
+        self.drop_connections();
+    }
+
+    /// Accepts again on the same address after [`CutProxy::refuse`] (or a refusing cut).
+    pub async fn resume(&self) -> std::io::Result<()> {
+        let listener = TcpListener::bind(self.addr).await?;
+        self.shared.stop.send_replace(false);
+        self.shared.closed.send_replace(false);
+        tokio::spawn(accept_loop(listener, self.shared.clone()));
+        Ok(())
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.shared.stop.send_replace(true);
+        self.drop_connections();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut stop = shared.stop.subscribe();
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            accepted = listener.accept() => {
+                let Ok((client, _)) = accepted else { break };
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    if let Ok(server) = TcpStream::connect(shared.upstream).await {
+                        relay(client, server, shared).await;
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    shared.closed.send_replace(true);
+}
+
+/// Moves bytes both ways until either side closes, a kill, or an armed cut.
+async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
+    let _ = (client.set_nodelay(true), server.set_nodelay(true));
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let mut kill = shared.kill.subscribe();
+    // Set by the client side when the server's next answer must be swallowed (the cut after
+    // COMMIT, and whether to refuse then); the server side counts the cut when it came.
+    let (swallow_tx, swallow_rx) = watch::channel(None::<Cut>);
+    let mut server_kill = kill.clone();
+    let counted = shared.clone();
+    let to_client = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = tokio::select! {
+                _ = server_kill.changed() => return,
+                read = server_read.read(&mut buf) => match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                },
+            };
+            let swallow = *swallow_rx.borrow();
+            if let Some(cut) = swallow {
+                if cut == Cut::AfterCommitThenRefuse {
+                    counted.refuse().await;
+                    counted.drop_connections();
+                }
+                counted.cuts.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let to_server = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = tokio::select! {
+                _ = kill.changed() => return,
+                read = client_read.read(&mut buf) => match read {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                },
+            };
+            let chunk = &buf[..n];
+            let at = find(chunk, shared.commit);
+            let cut = match at {
+                Some(_) => shared.armed.lock().unwrap_or_else(|p| p.into_inner()).take(),
+                None => None,
+            };
+            match (cut, at) {
+                (Some(Cut::BeforeCommit), Some(at)) => {
+                    let _ = server_write.write_all(&chunk[..at]).await;
+                    shared.cuts.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                (Some(cut), Some(_)) => {
+                    swallow_tx.send_replace(Some(cut));
+                    if server_write.write_all(chunk).await.is_err() {
+                        return;
+                    }
+                    // The server side swallows the answer, counts the cut and ends the
+                    // connection; this side waits for that.
+                    std::future::pending::<()>().await;
+                }
+                _ => {
+                    if server_write.write_all(chunk).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    // Either direction ending ends the connection: both sockets close when the halves drop.
+    tokio::select! {
+        () = to_client => {}
+        () = to_server => {}
+    }
+}
+
+/// A proxy in front of the server `url` names (`postgres://…` or `mysql://…` with
+/// `user@host:port`), and `url` rewritten to go through it, unencrypted (`sslmode=disable`,
+/// `ssl-mode=disabled`) so the proxy can see the `COMMIT`.
+pub async fn start_for_url(url: &str) -> std::io::Result<(CutProxy, String)> {
+    let bad =
+        |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{url}: {why}"));
+    let (scheme, _) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+    let (commit, tls_off) = match scheme {
+        "postgres" | "postgresql" => (PG_COMMIT, "sslmode=disable"),
+        "mysql" | "mariadb" => (MYSQL_COMMIT, "ssl-mode=disabled"),
+        _ => return Err(bad("not a PostgreSQL or MySQL URL")),
+    };
+    let (user, rest) = url.rsplit_once('@').ok_or_else(|| bad("no user@host"))?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (host_port, tail) = rest.split_at(end);
+    let upstream =
+        tokio::net::lookup_host(host_port).await?.next().ok_or_else(|| bad("no address"))?;
+    let proxy = CutProxy::start(upstream, commit).await?;
+    let joiner = if tail.contains('?') { '&' } else { '?' };
+    let proxied = format!("{user}@{}{tail}{joiner}{tls_off}", proxy.addr());
+    Ok((proxy, proxied))
+}
+
+/// Runs `call` with the proxy armed to cut the next `COMMIT` at `cut`; the call must answer
+/// within 60 s (a hang detector) with `Ok`, and exactly one `COMMIT` must have been cut.
+async fn cut_call<T>(
+    proxy: &CutProxy,
+    cut: Cut,
+    what: &str,
+    call: impl Future<Output = taskgate::Result<T>>,
+) -> Result<T, BoxError> {
+    let before = proxy.cuts();
+    proxy.arm(cut);
+    let answer = tokio::time::timeout(HANG, call).await;
+    let result = answer.map_err(|_| format!("{what} ({cut:?}): no answer within {HANG:?}"))?;
+    let value = result.map_err(|e| format!("{what} ({cut:?}) returned an error: {e}"))?;
+    let cuts = proxy.cuts() - before;
+    if cuts != 1 {
+        return Err(format!("{what} ({cut:?}): the proxy cut {cuts} COMMITs, not 1").into());
+    }
+    Ok(value)
+}
+
+/// How long a test waits for any one call (a hang detector, not a timing assertion).
+const HANG: Duration = Duration::from_secs(60);
+
+/// The IDs of every task in `queue`, sorted.
+async fn ids_in(direct: &dyn Broker, queue: &str) -> Result<Vec<String>, BoxError> {
+    let filter = Filter { queue: queue.to_owned(), ..Filter::default() };
+    let mut ids: Vec<String> = direct.list(&filter).await?.into_iter().map(|t| t.id).collect();
+    ids.sort();
+    Ok(ids)
+}
+
+/// For `enqueue` (generated ID; preset ID with a business key), `enqueue_many` (three tasks,
+/// one depending on another) and `ack` (one item and two), each with its `COMMIT` cut before it
+/// reached the server and again after the server applied it, the call through the proxy
+/// returns the truth — `Ok`, the stored snapshots, every ack item `Ok` — and `direct` (a
+/// handle straight on the server) finds every task exactly once, acked ones completed with
+/// their result.
+pub async fn check_commit_cuts(
+    through: &dyn Broker,
+    direct: &dyn Broker,
+    proxy: &CutProxy,
+) -> Result<(), BoxError> {
+    for (round, cut) in [Cut::BeforeCommit, Cut::AfterCommit].into_iter().enumerate() {
+        let q = format!("cut{round}");
+        let one = Task::new("one", q.as_str()).with_payload(format!("one-{round}"));
+        let one = cut_call(proxy, cut, "enqueue", through.enqueue(&one)).await?;
+        let keyed = Task::new("keyed", q.as_str())
+            .with_id(format!("k{round}"))
+            .with_business_key(format!("key-{round}"));
+        cut_call(proxy, cut, "enqueue with a preset ID and a key", through.enqueue(&keyed)).await?;
+        let first = format!("m{round}");
+        let many = [
+            Task::new("many", q.as_str()).with_id(first.clone()),
+            Task::new("many", q.as_str()).with_payload(b"second".to_vec()),
+            Task::new("many", q.as_str()).with_depends_on([first.clone()]),
+        ];
+        let stored = cut_call(proxy, cut, "enqueue_many", through.enqueue_many(&many)).await?;
+        let mut expected: Vec<String> = stored.iter().map(|t| t.id.clone()).collect();
+        expected.extend([one.id.clone(), format!("k{round}")]);
+        expected.sort();
+        if stored.len() != 3 || ids_in(direct, &q).await? != expected {
+            let found = ids_in(direct, &q).await?;
+            return Err(
+                format!("{cut:?}: stored {found:?}, the calls returned {expected:?}").into()
+            );
+        }
+        let claimed = direct.dequeue_many(&[q.as_str()], 3).await?;
+        let [a, b, c] = claimed.as_slice() else {
+            return Err(format!("{cut:?}: claimed {} tasks, not 3", claimed.len()).into());
+        };
+        let result = Some(b"acked".to_vec());
+        cut_call(proxy, cut, "ack", through.ack(&a.id, &a.lease_token, result.clone())).await?;
+        let items: Vec<AckItem> = [b, c]
+            .iter()
+            .map(|t| AckItem { id: t.id.clone(), token: t.lease_token.clone(), result: None })
+            .collect();
+        let outcomes = cut_call(proxy, cut, "ack_many", through.ack_many(&items)).await?;
+        for (item, outcome) in items.iter().zip(outcomes) {
+            outcome.map_err(|e| format!("ack_many ({cut:?}) item {}: {e}", item.id))?;
+        }
+        let done = direct.get(&a.id).await?;
+        if (done.status, done.result) != (Status::Completed, result) {
+            return Err(format!("{cut:?}: {} after its ack is {}", a.id, done.status).into());
+        }
+        for t in [b, c] {
+            let status = direct.get(&t.id).await?.status;
+            if status != Status::Completed {
+                return Err(format!("{cut:?}: {} after ack_many is {status}", t.id).into());
+            }
+        }
+        if ids_in(direct, &q).await? != expected {
+            return Err(format!("{cut:?}: the acks changed which tasks exist").into());
+        }
+    }
+    Ok(())
+}
+
+/// The server stays unreachable after a `COMMIT` it applied but whose answer was lost: the
+/// `enqueue` and the `ack` through the proxy report a storage failure (their outcome is
+/// unknown) instead of hanging, and once the server is back, repeating the same call returns
+/// the truth without a duplicate: the task exists once, under the ID the repeat returns, and
+/// the repeated ack is `Ok` with the task completed.
+pub async fn check_unresolved_commits(
+    through: &dyn Broker,
+    direct: &dyn Broker,
+    proxy: &CutProxy,
+) -> Result<(), BoxError> {
+    let q = "unresolved";
+    let task = Task::new("lost", q).with_payload(b"lost".to_vec());
+    let before = proxy.cuts();
+    proxy.arm(Cut::AfterCommitThenRefuse);
+    let first = tokio::time::timeout(HANG, through.enqueue(&task)).await;
+    match first.map_err(|_| "enqueue on an unreachable server hung")? {
+        Err(e) if e.is(ErrorKind::Backend) => {}
+        other => return Err(format!("enqueue while unreachable: {other:?}").into()),
+    }
+    if proxy.cuts() != before + 1 {
+        return Err("the enqueue's COMMIT was not cut".into());
+    }
+    proxy.resume().await?;
+    let again = tokio::time::timeout(HANG, through.enqueue(&task)).await.map_err(|_| "hung")??;
+    let found = ids_in(direct, q).await?;
+    if found != [again.id.clone()] {
+        return Err(format!("after the repeat {q} holds {found:?}, not [{}]", again.id).into());
+    }
+
+    let claimed = direct.dequeue(&[q]).await?;
+    let result = Some(b"done".to_vec());
+    proxy.arm(Cut::AfterCommitThenRefuse);
+    let first = through.ack(&claimed.id, &claimed.lease_token, result.clone());
+    match tokio::time::timeout(HANG, first).await.map_err(|_| "ack while unreachable hung")? {
+        Err(e) if e.is(ErrorKind::Backend) => {}
+        other => return Err(format!("ack while unreachable: {other:?}").into()),
+    }
+    proxy.resume().await?;
+    let again = through.ack(&claimed.id, &claimed.lease_token, result.clone());
+    tokio::time::timeout(HANG, again).await.map_err(|_| "hung")??;
+    let done = direct.get(&claimed.id).await?;
+    if (done.status, done.result) != (Status::Completed, result) {
+        return Err(format!("the repeated ack left {} {}", claimed.id, done.status).into());
+    }
+    Ok(())
+}
+
+/// After `init`, the server becomes unreachable (the proxy refuses connections and drops the
+/// open ones): the next call fails within the hang bound with the driver's cause
+/// ("Connection refused") in the error's text, and calls succeed again once it is back.
+pub async fn check_unreachable_fails_fast(
+    through: &dyn Broker,
+    proxy: &CutProxy,
+) -> Result<(), BoxError> {
+    proxy.refuse().await;
+    let task = Task::new("t", "gone");
+    let call = through.enqueue(&task);
+    match tokio::time::timeout(HANG, call).await.map_err(|_| "enqueue while refused hung")? {
+        Err(e) if e.is(ErrorKind::Backend) && e.to_string().contains("Connection refused") => {}
+        other => return Err(format!("enqueue while refused: {other:?}").into()),
+    }
+    proxy.resume().await?;
+    let call = through.enqueue(&task);
+    tokio::time::timeout(HANG, call).await.map_err(|_| "enqueue after resume hung")??;
+    Ok(())
+}
+
+/// Where `needle` starts in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_patterns_are_found_where_they_start() {
+        assert_eq!(find(b"xxQ\x00\x00\x00\x0bCOMMIT\x00", PG_COMMIT), Some(2));
+        assert_eq!(find(MYSQL_COMMIT, MYSQL_COMMIT), Some(0));
+        assert_eq!(find(b"COMMIT", PG_COMMIT), None);
+    }
+}

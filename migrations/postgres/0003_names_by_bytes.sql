@@ -1,0 +1,6 @@
+-- taskgate schema version 3 (PostgreSQL): names compare by bytes. Nothing changes here: every
+-- compared text column is `COLLATE "C"` (migrations 0001 and 0002), which never pads, folds
+-- case or trims, so IDs, types, queues, business keys, owners and lease tokens that differ
+-- only in trailing spaces, case or Unicode whitespace are already different values. The
+-- version exists so every dialect has the same numbers (the MySQL/MariaDB migration of this
+-- number moves those columns to a NO PAD collation).

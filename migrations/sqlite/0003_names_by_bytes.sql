@@ -1,0 +1,5 @@
+-- taskgate schema version 3 (SQLite): names compare by bytes. Nothing changes here: SQLite
+-- compares TEXT with the BINARY collation (memcmp), so IDs, types, queues, business keys,
+-- owners and lease tokens that differ only in trailing spaces, case or Unicode whitespace are
+-- already different values. The version exists so every dialect has the same numbers (the
+-- MySQL/MariaDB migration of this number moves those columns to a NO PAD collation).
