@@ -279,12 +279,17 @@ impl Waiter {
     }
 
     /// The dequeue's result, which must arrive within 5 s.
-    pub async fn result(mut self) -> taskgate::Result<Task> {
-        let Some(handle) = self.handle.take() else { panic!("waiter already consumed") };
+    pub async fn result(self) -> taskgate::Result<Task> {
+        self.result_for("background dequeue").await
+    }
+
+    /// Like [`Waiter::result`]; a failure names the waiter as `what`.
+    pub async fn result_for(mut self, what: &str) -> taskgate::Result<Task> {
+        let Some(handle) = self.handle.take() else { panic!("{what}: waiter already consumed") };
         match tokio::time::timeout(SAFETY_TIMEOUT, handle).await {
             Ok(Ok(result)) => result,
-            Ok(Err(join)) => panic!("background dequeue panicked: {join}"),
-            Err(_) => panic!("background dequeue returned nothing within {SAFETY_TIMEOUT:?}"),
+            Ok(Err(join)) => panic!("{what} panicked: {join}"),
+            Err(_) => panic!("{what} returned nothing within {SAFETY_TIMEOUT:?}"),
         }
     }
 

@@ -22,7 +22,8 @@ async fn waiting(h: &Harness) -> Waiter {
 
 /// The waiter's claim, which must be `id`.
 async fn woken(waiter: Waiter, id: &str, by: &str) -> Result<Task, taskgate::BoxError> {
-    let claimed = must(waiter.result().await, &format!("the waiter woken by {by}"))?;
+    let what = format!("the waiter to be woken by {by}");
+    let claimed = must(waiter.result_for(&what).await, &what)?;
     assert_eq!(claimed.id, id, "the waiter woken by {by} claimed the wrong task");
     Ok(claimed)
 }
@@ -108,14 +109,16 @@ pub async fn c47_cross_process_wakeup(factory: &dyn Factory) -> CaseResult {
     let mut waiter = spawn_dequeue_on(other.clone(), &["qx"]);
     waiter.still_blocked().await;
     h.enqueue(task("x", "job", "qx").with_max_retry(1)).await;
-    let claimed = must(waiter.result().await, "the other handle's waiter after an enqueue")?;
+    let what = "the other handle's waiter, after an enqueue on the first";
+    let claimed = must(waiter.result_for(what).await, what)?;
     assert_eq!(claimed.id, "x", "the other handle's waiter claimed the wrong task");
     h.broker.requeue("x", &claimed.lease_token).await?;
     let first = h.dequeue(&["qx"]).await;
     let mut waiter = spawn_dequeue_on(other, &["qx"]);
     waiter.still_blocked().await;
     h.broker.fail("x", &first.lease_token, Failure::business("again", h.now())).await?;
-    let again = must(waiter.result().await, "the other handle's waiter after a retry")?;
+    let what = "the other handle's waiter, after a retry on the first";
+    let again = must(waiter.result_for(what).await, what)?;
     assert_eq!((again.id.as_str(), again.attempts), ("x", 1), "the retried task");
     h.finish().await
 }
