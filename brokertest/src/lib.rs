@@ -9,9 +9,14 @@
 //! ```
 //!
 //! which expands to one `#[tokio::test]` per case with the stable names `c01_round_trip` …
-//! `c34_retry_after`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
+//! `c47_cross_process_wakeup`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
 //! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
 //! same list in-process and reports per case; `taskgate check <url>` prints that report.
+//!
+//! A case that needs what a backend declares it lacks ([`Need`], read from
+//! [`Broker::capabilities`]) is reported [`Outcome::Unsupported`], never passed or failed; a
+//! backend that declares a capability the suite must control in a test (a server clock,
+//! storage shared across processes) provides the [`Storage`] seam for it.
 //!
 //! The contract's race cases start many calls at once and catch a broken critical section when
 //! the scheduler interleaves them badly. A backend that can hold a write transaction at its

@@ -163,7 +163,6 @@ impl ClockWorld {
     }
 
     /// The server clock (if the backend declares one), handles A and B, their local clocks.
-    #[expect(clippy::type_complexity, reason = "a private constructor's parts, used once")]
     async fn handles(
         storage: &dyn Storage,
     ) -> Result<
