@@ -8,7 +8,7 @@ use std::time::Duration;
 use taskgate::{Failure, ReplayRequest, Status, Step, Task};
 
 use super::check::must;
-use crate::{spawn_dequeue_on, task, CaseResult, Factory, Harness, Need, Waiter};
+use crate::{spawn_dequeue_on, task, CaseResult, Factory, Harness, Need, Waiter, SAFETY_TIMEOUT};
 
 /// How seldom the handles of these cases poll.
 const SLOW_POLL: Duration = Duration::from_secs(60);
@@ -28,10 +28,24 @@ async fn woken(waiter: Waiter, id: &str, by: &str) -> Result<Task, taskgate::Box
     Ok(claimed)
 }
 
+/// Waits (5 s at most) until the waiter sleeps on the case's clock: woken by a write that made
+/// a task due later, it looked again and now waits for that time. Without the wake-up it never
+/// learns of the task.
+async fn waits_on_the_clock(h: &Harness, by: &str) {
+    let deadline = tokio::time::Instant::now() + SAFETY_TIMEOUT;
+    while h.clock.sleeper_count() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the waiter never waited for the due time of {by}: the write did not wake it"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// Given a handle that polls once a minute and a claimer waiting on queue qw, each write that
 /// makes a task of qw claimable hands it to the waiter at once (within the 5 s hang bound):
-/// a business failure retried now; one retried in 5 s (the waiter learns the new due time and
-/// claims when the clock gets there, not before); a saved step with no delay; one with a 3 s
+/// a business failure retried now; one retried in 5 s (the waiter learns the new due time,
+/// waits on the clock for it, and claims when the clock gets there, not before); a saved step with no delay; one with a 3 s
 /// delay; a requeue; a reap of an expired lease; a parent's ack that wakes a blocked child;
 /// an operator resume; a replay; resuming a paused queue.
 pub async fn c41_writes_wake_waiters(factory: &dyn Factory) -> CaseResult {
@@ -46,6 +60,7 @@ pub async fn c41_writes_wake_waiters(factory: &dyn Factory) -> CaseResult {
     let mut waiter = waiting(&h).await;
     let later = Failure::business_after("retry in 5 s", Duration::from_secs(5));
     h.broker.fail("w", &token, later).await?;
+    waits_on_the_clock(&h, "a retry due in 5 s").await;
     waiter.still_blocked().await;
     h.advance(Duration::from_secs(5));
     token = woken(waiter, "w", "a retry due in 5 s").await?.lease_token;
@@ -57,6 +72,7 @@ pub async fn c41_writes_wake_waiters(factory: &dyn Factory) -> CaseResult {
     let mut waiter = waiting(&h).await;
     let step = Step { delay: Duration::from_secs(3), ..Step::default() };
     h.broker.save_step("w", &token, step).await?;
+    waits_on_the_clock(&h, "a step due in 3 s").await;
     waiter.still_blocked().await;
     h.advance(Duration::from_secs(3));
     token = woken(waiter, "w", "a step with a 3 s delay").await?.lease_token;
