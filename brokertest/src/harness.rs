@@ -9,7 +9,7 @@ use taskgate::{
 };
 use tokio::task::JoinHandle;
 
-use crate::{within, Factory, Storage, WAIT_LIMIT};
+use crate::{within, Factory, Need, Storage, WAIT_LIMIT};
 
 /// The real-time window in which a waiter must *not* return to count as "still blocked".
 pub const REAL_WINDOW: Duration = Duration::from_millis(100);
@@ -33,6 +33,8 @@ pub struct Harness {
     storage: Box<dyn Storage>,
     options: BrokerOptions,
     handles: Mutex<Vec<Arc<dyn Broker>>>,
+    /// Every handle polls this seldom (see [`Storage::handle_polling_every`]).
+    poll: Option<Duration>,
 }
 
 impl Harness {
@@ -47,6 +49,41 @@ impl Harness {
         factory: &dyn Factory,
         tune: impl FnOnce(&mut BrokerOptions),
     ) -> Result<Harness, BoxError> {
+        Harness::build(factory, tune, None).await
+    }
+
+    /// This harness, for a case that needs `need`: when the backend declares it does not have
+    /// it, the storage is removed and the case ends as
+    /// [`Outcome::Unsupported`](crate::Outcome::Unsupported); when it declares it but does
+    /// not deliver it, the case fails.
+    ///
+    /// ```ignore
+    /// let h = Harness::new(factory).await?.require(Need::Quota).await?;
+    /// ```
+    pub async fn require(self, need: Need) -> Result<Harness, BoxError> {
+        if let Err(e) = need.check(&*self.broker) {
+            self.finish().await?;
+            return Err(e);
+        }
+        Ok(self)
+    }
+
+    /// Like [`Harness::new`], with every handle polling for other handles' writes only every
+    /// `interval` of real time ([`Storage::handle_polling_every`]), so only a wake-up can get
+    /// a waiting claimer its task sooner. A backend that shares storage across processes but
+    /// offers no such handle fails the case.
+    pub async fn polling_every(
+        factory: &dyn Factory,
+        interval: Duration,
+    ) -> Result<Harness, BoxError> {
+        Harness::build(factory, |_| {}, Some(interval)).await
+    }
+
+    async fn build(
+        factory: &dyn Factory,
+        tune: impl FnOnce(&mut BrokerOptions),
+        poll: Option<Duration>,
+    ) -> Result<Harness, BoxError> {
         let clock = ManualClock::at_contract_epoch();
         let mut options = BrokerOptions {
             default_lease_ttl: Duration::from_secs(60),
@@ -58,10 +95,16 @@ impl Harness {
         tune(&mut options);
         let name = factory.name();
         let storage = within(WAIT_LIMIT, format!("{name}: new storage"), factory.storage()).await?;
-        let broker = within(WAIT_LIMIT, format!("{name}: a handle"), storage.handle()).await?;
+        let broker = match open_handle(&*storage, poll).await {
+            Ok(broker) => broker,
+            Err(e) => {
+                within(WAIT_LIMIT, "the storage's cleanup", storage.cleanup()).await?;
+                return Err(e);
+            }
+        };
         within(WAIT_LIMIT, format!("{name}: init"), broker.init(options.clone())).await?;
         let handles = Mutex::new(vec![broker.clone()]);
-        Ok(Harness { broker, clock, storage, options, handles })
+        Ok(Harness { broker, clock, storage, options, handles, poll })
     }
 
     /// The options every handle of this case is initialised with.
@@ -78,7 +121,7 @@ impl Harness {
 
     /// A handle on the same storage that has not been initialised.
     pub async fn raw_handle(&self) -> Result<Arc<dyn Broker>, BoxError> {
-        let handle = within(WAIT_LIMIT, "another handle", self.storage.handle()).await?;
+        let handle = open_handle(&*self.storage, self.poll).await?;
         self.handles.lock().unwrap_or_else(|p| p.into_inner()).push(handle.clone());
         Ok(handle)
     }
@@ -186,6 +229,32 @@ impl Harness {
     }
 }
 
+/// A new handle on `storage`; with `poll`, one that polls that seldom (where the backend
+/// polls at all).
+async fn open_handle(
+    storage: &dyn Storage,
+    poll: Option<Duration>,
+) -> Result<Arc<dyn Broker>, BoxError> {
+    let Some(interval) = poll else {
+        return within(WAIT_LIMIT, "a handle", storage.handle()).await;
+    };
+    if let Some(handle) =
+        within(WAIT_LIMIT, "a slowly polling handle", storage.handle_polling_every(interval)).await
+    {
+        return handle;
+    }
+    let handle = within(WAIT_LIMIT, "a handle", storage.handle()).await?;
+    if handle.capabilities().shared_storage {
+        return Err(format!(
+            "{} shares its storage across processes (so it polls or is notified) but its \
+             Storage offers no handle_polling_every: a poll could hide a missing wake-up",
+            handle.backend()
+        )
+        .into());
+    }
+    Ok(handle)
+}
+
 /// Starts a dequeue on `broker` in the background.
 pub fn spawn_dequeue_on(broker: Arc<dyn Broker>, queues: &[&str]) -> Waiter {
     let queues: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
@@ -210,12 +279,17 @@ impl Waiter {
     }
 
     /// The dequeue's result, which must arrive within 5 s.
-    pub async fn result(mut self) -> taskgate::Result<Task> {
-        let Some(handle) = self.handle.take() else { panic!("waiter already consumed") };
+    pub async fn result(self) -> taskgate::Result<Task> {
+        self.result_for("background dequeue").await
+    }
+
+    /// Like [`Waiter::result`]; a failure names the waiter as `what`.
+    pub async fn result_for(mut self, what: &str) -> taskgate::Result<Task> {
+        let Some(handle) = self.handle.take() else { panic!("{what}: waiter already consumed") };
         match tokio::time::timeout(SAFETY_TIMEOUT, handle).await {
             Ok(Ok(result)) => result,
-            Ok(Err(join)) => panic!("background dequeue panicked: {join}"),
-            Err(_) => panic!("background dequeue returned nothing within {SAFETY_TIMEOUT:?}"),
+            Ok(Err(join)) => panic!("{what} panicked: {join}"),
+            Err(_) => panic!("{what} returned nothing within {SAFETY_TIMEOUT:?}"),
         }
     }
 

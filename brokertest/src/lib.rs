@@ -9,9 +9,14 @@
 //! ```
 //!
 //! which expands to one `#[tokio::test]` per case with the stable names `c01_round_trip` …
-//! `c36_payload_limits`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
+//! `c47_cross_process_wakeup`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
 //! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
 //! same list in-process and reports per case; `taskgate check <url>` prints that report.
+//!
+//! A case that needs what a backend declares it lacks ([`Need`], read from
+//! [`Broker::capabilities`]) is reported [`Outcome::Unsupported`], never passed or failed; a
+//! backend that declares a capability the suite must control in a test (a server clock,
+//! storage shared across processes) provides the [`Storage`] seam for it.
 //!
 //! The contract's race cases start many calls at once and catch a broken critical section when
 //! the scheduler interleaves them badly. A backend that can hold a write transaction at its
@@ -37,9 +42,10 @@ pub mod races;
 mod report;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use taskgate::{BoxError, BoxFuture, Broker};
+use taskgate::{BoxError, BoxFuture, Broker, Capabilities, Timestamp};
 
 pub use deadline::{within, TEST_LIMIT, WAIT_LIMIT};
 pub use harness::{spawn_dequeue_on, task, Harness, Waiter, REAL_WINDOW, SAFETY_TIMEOUT};
@@ -76,12 +82,117 @@ pub trait Storage: Send + Sync {
         None
     }
 
+    /// A handle (constructed, not initialised) whose waiting claimers look for other
+    /// handles' writes only every `interval` of real time, so a case can prove that a write
+    /// wakes this handle's own waiters at once instead of a poll finding it later (c41, c47).
+    /// `None` (the default) where the backend never polls (memory). A backend whose storage
+    /// other processes share (`capabilities().shared_storage`) finds their writes by polling
+    /// or notifications, and must provide it: those cases fail otherwise.
+    async fn handle_polling_every(
+        &self,
+        interval: Duration,
+    ) -> Option<Result<Arc<dyn Broker>, BoxError>> {
+        let _ = interval;
+        None
+    }
+
+    /// The storage's own clock, set by the test, for a backend whose time is a database
+    /// server's (`capabilities().server_clock`): handles from it read the server's time from
+    /// the returned [`ServerClock`], starting at `start`, whatever their local clocks say
+    /// (c37, c38). `None` (the default) where the only clock is the local one (memory,
+    /// SQLite): those cases then check that every time is the local clock's. A backend that
+    /// declares a server clock must provide it: those cases fail otherwise.
+    async fn server_clock(
+        &self,
+        start: Timestamp,
+    ) -> Option<Result<Box<dyn ServerClock>, BoxError>> {
+        let _ = start;
+        None
+    }
+
     /// Removes the storage (drops tables, deletes files). Called after the case closed its
     /// handles.
     async fn cleanup(&self) -> Result<(), BoxError> {
         Ok(())
     }
 }
+
+/// The database server's clock under a test's control (see [`Storage::server_clock`]): on
+/// PostgreSQL a function shadowing `clock_timestamp()` through `search_path`, on MySQL/MariaDB
+/// `SET timestamp` on every session. It stands still until [`ServerClock::set`] moves it.
+/// Removed with its storage.
+#[async_trait]
+pub trait ServerClock: Send + Sync {
+    /// A new handle on the storage (constructed, not initialised) whose server time is this
+    /// clock's.
+    async fn handle(&self) -> Result<Arc<dyn Broker>, BoxError>;
+
+    /// Sets the server's time; every statement of every handle from [`ServerClock::handle`]
+    /// that starts afterwards reads it.
+    async fn set(&self, at: Timestamp) -> Result<(), BoxError>;
+}
+
+/// What a case needs beyond the core contract, as a backend declares it in
+/// [`Broker::capabilities`]. A case on a backend that declares it does not have it ends as
+/// [`Outcome::Unsupported`] (neither passed nor failed); a backend that declares it but does
+/// not deliver it (quota without a `quota_provider()`) fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Periodic quota (`capabilities().quota` and a `quota_provider()`).
+    Quota,
+    /// Writes on one handle wake waiting claimers of another at once
+    /// (`capabilities().cross_process_wakeups`).
+    CrossProcessWakeups,
+}
+
+impl Need {
+    /// Whether `caps` declares this need.
+    pub fn declared(self, caps: Capabilities) -> bool {
+        match self {
+            Need::Quota => caps.quota,
+            Need::CrossProcessWakeups => caps.cross_process_wakeups,
+        }
+    }
+
+    /// Why `broker` cannot run a case needing this: `Ok` when it declares and delivers it,
+    /// `Err(Unsupported)` when it declares it does not have it, another error when the
+    /// declaration is not kept.
+    pub fn check(self, broker: &dyn Broker) -> Result<(), BoxError> {
+        let backend = broker.backend();
+        if !self.declared(broker.capabilities()) {
+            return Err(Box::new(Unsupported(format!("{backend} declares no {self}"))));
+        }
+        match self {
+            Need::Quota if broker.quota_provider().is_none() => Err(format!(
+                "{backend} declares quota in capabilities() but quota_provider() is None"
+            )
+            .into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Display for Need {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Need::Quota => "quota",
+            Need::CrossProcessWakeups => "cross-process wake-ups",
+        })
+    }
+}
+
+/// Returned by a case whose [`Need`] the backend declares it does not have; reported as
+/// [`Outcome::Unsupported`].
+#[derive(Debug)]
+pub struct Unsupported(pub String);
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unsupported: {}", self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
 
 /// Returned by [`Factory::storage`] when the backend's database is not reachable. Cases then
 /// skip loudly, or fail when `TASKGATE_REQUIRE_DB=1`.
@@ -154,6 +265,17 @@ macro_rules! __with_cases {
             c34_retry_after,
             c35_names_by_bytes,
             c36_payload_limits,
+            c37_claims_by_server_clock,
+            c38_quota_by_server_clock,
+            c39_heartbeat_renews_before_canceled,
+            c40_cancel_request_survives_retry,
+            c41_writes_wake_waiters,
+            c42_business_key_after_cancel,
+            c43_duplicate_parents,
+            c44_replay_check_order,
+            c45_ack_clears_cancel_request,
+            c46_retry_budget,
+            c47_cross_process_wakeup,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

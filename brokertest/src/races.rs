@@ -10,6 +10,8 @@
 //!
 //! * [`claim_race`] — a claim never takes a task another claim holds, and does not wait for it
 //!   (`SKIP LOCKED`);
+//! * [`writers_pass_held_claim`] — while a claim holds its rows, an enqueue, an ack of another
+//!   task, a claim and the reaper all go ahead without waiting for it;
 //! * [`reap_during_held_ack`] — the reaper neither waits for nor overwrites a task whose ack
 //!   is committing;
 //! * [`ack_during_held_reap`] — an ack of a lease the reaper is taking away loses it
@@ -233,6 +235,100 @@ pub async fn claim_race(rig: &dyn RaceRig) -> CaseResult {
     pair.finish().await
 }
 
+/// Runs `call` on a spawned task while A (`held`) holds its transaction; returns its result
+/// and what it did. Where the backend cannot see lock waits (SQLite's one writer), A is let go
+/// at once: the call then runs after A's commit.
+async fn run_b<T: Send + 'static>(
+    pair: &dyn RacePair,
+    held: &mut CommitHold,
+    call: impl std::future::Future<Output = T> + Send + 'static,
+    what: &str,
+) -> (T, Seen) {
+    let call = spawn(call);
+    let seen = watch(pair, &call, what).await;
+    if seen != Seen::Finished {
+        held.release();
+    }
+    (joined(call, what).await, seen)
+}
+
+/// Given `x` and `y` running under B's claims from T (60 s leases), `c1`, `c2`, `c3` ready in
+/// queue race from T + 10 s, A's `try_dequeue_many(2)` held before its commit (c1 and c2
+/// claimed and locked, leases to T + 70 s) and the clock then at T + 100 s (so c1 and c2, as
+/// A writes them, look expired), when B in turn enqueues `n` into race due at T, acks `y`,
+/// claims two tasks from race and reaps, then none of the four waits for A's locks: `n` is
+/// stored, `y` completed, B claims `n` and `c3`, and the reap handles `x` alone (c1 and c2 are
+/// A's); after A commits, c1 and c2 run under A's tokens and the next reap handles them. (On
+/// SQLite, whose one writer serialises the two, B's calls run after A's commit, and the first
+/// reap handles c1 and c2 too.)
+///
+/// Catches a reaper that locks expired leases without `SKIP LOCKED` (MySQL/MariaDB's locking
+/// read meets A's rows and waits), and MySQL/MariaDB sessions at REPEATABLE READ (the claim's
+/// gap locks make the enqueue of `n`, due before c1, wait).
+pub async fn writers_pass_held_claim(rig: &dyn RaceRig) -> CaseResult {
+    let clock = ManualClock::at_contract_epoch();
+    let pair = rig.open(options(&clock)).await?;
+    let (a, b) = (pair.a(), pair.b());
+    let start = clock.now_ms();
+    for id in ["x", "y"] {
+        a.enqueue(&Task::new("job", "other").with_id(id)).await?;
+    }
+    let running = within(WAIT_LIMIT, "B's claim of x and y", b.dequeue_many(&["other"], 2)).await?;
+    let ids = |ts: &[Task]| ts.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&running), ["x", "y"], "B's claim from other");
+    clock.advance(Duration::from_secs(10));
+    for id in ["c1", "c2", "c3"] {
+        a.enqueue(&Task::new("job", "race").with_id(id)).await?;
+    }
+    let mut held = hold_a(&*pair, "dequeue");
+    let a_call = spawn(async move { a.try_dequeue_many(&["race"], 2).await });
+    held.entered().await;
+    clock.advance(Duration::from_secs(90));
+    let n = Task::new("job", "race").with_run_at(start);
+    let b1 = b.clone();
+    let (stored, enqueued) =
+        run_b(&*pair, &mut held, async move { b1.enqueue(&n).await }, "B's enqueue").await;
+    let stored = stored?;
+    let (b1, y_token) = (b.clone(), running[1].lease_token.clone());
+    let (acked, acking) =
+        run_b(&*pair, &mut held, async move { b1.ack("y", &y_token, None).await }, "B's ack").await;
+    acked?;
+    let b1 = b.clone();
+    let (claimed, claiming) = run_b(
+        &*pair,
+        &mut held,
+        async move { b1.try_dequeue_many(&["race"], 2).await },
+        "B's claim",
+    )
+    .await;
+    let claimed = claimed?;
+    let b1 = b.clone();
+    let (reaped, reaping) =
+        run_b(&*pair, &mut held, async move { b1.reap_expired().await }, "B's reap").await;
+    let reaped = reaped?;
+    held.release();
+    let a_got = joined(a_call, "A's claim").await?;
+    pair.set_a_hook(None);
+    let seen = [("enqueue", enqueued), ("ack", acking), ("claim", claiming), ("reap", reaping)];
+    for (what, seen) in seen {
+        assert_ne!(seen, Seen::Waited, "B's {what} waited for A's held claim");
+    }
+    let serial = seen.iter().any(|(_, s)| *s == Seen::Unknown);
+    assert_eq!(ids(&a_got), ["c1", "c2"], "A's claim");
+    assert_eq!(ids(&claimed), [stored.id.clone(), "c3".to_owned()], "B's claim (n is due first)");
+    assert_eq!(b.get("y").await?.status, Status::Completed, "y after B's ack");
+    let (first, later) = if serial { (3, 0) } else { (1, 2) };
+    assert_eq!(reaped, first, "B's reap (x{})", if serial { ", c1 and c2" } else { " alone" });
+    if !serial {
+        for t in &a_got {
+            let stored = b.get(&t.id).await?;
+            assert_eq!((stored.status, &stored.lease_token), (Status::Running, &t.lease_token));
+        }
+    }
+    assert_eq!(b.reap_expired().await?, later, "the reap after A's commit");
+    pair.finish().await
+}
+
 /// Given task t claimed with a 60 s lease and the clock 61 s later, and A's ack of t held
 /// before its commit, when B reaps, then B reaps nothing without waiting for A's lock, and
 /// after A commits t is completed with A's result and LeaseLost 0; a later reap finds nothing.
@@ -418,14 +514,15 @@ macro_rules! __race_test_fns {
 }
 
 /// Expands to one `#[tokio::test]` per race of [`races`](crate::races) against `$rig` (a
-/// [`RaceRig`] expression evaluated afresh in every test): `race_claim`, `race_reap_ack`,
-/// `race_ack_reap`, `race_identity`, `race_quota`. The calling crate depends on `tokio` with
+/// [`RaceRig`] expression evaluated afresh in every test): `race_claim`,
+/// `race_writers_pass_claim`, `race_reap_ack`, `race_ack_reap`, `race_identity`, `race_quota`. The calling crate depends on `tokio` with
 /// `macros` and `rt-multi-thread`.
 #[macro_export]
 macro_rules! race_tests {
     ($rig:expr) => {
         $crate::__race_test_fns! { $rig;
             race_claim => claim_race,
+            race_writers_pass_claim => writers_pass_held_claim,
             race_reap_ack => reap_during_held_ack,
             race_ack_reap => ack_during_held_reap,
             race_identity => identity_race,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{Factory, Unavailable, CASES};
+use crate::{Factory, Unavailable, Unsupported, CASES};
 
 /// Longest a single case may run before it counts as failed (a hang is a failure).
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -18,6 +18,17 @@ pub enum Outcome {
     Failed(String),
     /// The backend's database was not reachable.
     Skipped(String),
+    /// The case needs something the backend declares it does not have
+    /// ([`Need`](crate::Need)): not run, and neither passed nor failed.
+    Unsupported(String),
+}
+
+impl Outcome {
+    /// True for the outcomes a run may end with and still pass: passed, or unsupported as
+    /// the backend declared.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Outcome::Passed | Outcome::Unsupported(_))
+    }
 }
 
 /// One case's result.
@@ -70,10 +81,15 @@ async fn run_one(name: &str, factory: Arc<dyn Factory>) -> Outcome {
             )
         }),
         Ok(Ok(Ok(()))) => Outcome::Passed,
-        Ok(Ok(Err(e))) => match e.downcast_ref::<Unavailable>() {
-            Some(u) => Outcome::Skipped(u.0.clone()),
-            None => Outcome::Failed(error_chain(&*e)),
-        },
+        Ok(Ok(Err(e))) => {
+            if let Some(u) = e.downcast_ref::<Unavailable>() {
+                Outcome::Skipped(u.0.clone())
+            } else if let Some(u) = e.downcast_ref::<Unsupported>() {
+                Outcome::Unsupported(u.0.clone())
+            } else {
+                Outcome::Failed(error_chain(&*e))
+            }
+        }
         Ok(Err(join)) if join.is_panic() => Outcome::Failed(panic_message(join.into_panic())),
         Ok(Err(join)) => Outcome::Failed(format!("case task ended: {join}")),
     }
@@ -110,12 +126,20 @@ pub fn require_db() -> bool {
     std::env::var("TASKGATE_REQUIRE_DB").is_ok_and(|v| v == "1")
 }
 
-/// The body of one generated test: runs case `name`, panics when it fails, and skips loudly
-/// (or fails, with `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable.
+/// The body of one generated test: runs case `name`, panics when it fails, skips loudly (or
+/// fails, with `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable, and passes with a
+/// loud line when the backend declares it does not support what the case needs.
 pub async fn run_case_test(name: &str, factory: Arc<dyn Factory>) {
     let backend = factory.name();
     match run_one(name, factory).await {
         Outcome::Passed => {}
+        Outcome::Unsupported(why) => {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** UNSUPPORTED {backend}: {name}: {why} (declared by the backend, not run) ***"
+            );
+        }
         Outcome::Failed(why) => panic!("{backend}: {name} failed: {why}"),
         Outcome::Skipped(why) if require_db() => {
             panic!("{backend}: {name}: {why} (TASKGATE_REQUIRE_DB=1 forbids skipping)")

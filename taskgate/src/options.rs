@@ -30,9 +30,15 @@ pub struct BrokerOptions {
     /// State-change observer (contract §3.5): called asynchronously with snapshots, outside
     /// every lock, each call protected against panics. For metrics, never for side effects.
     pub notify: Option<NotifyFn>,
-    /// The clock; `None` means the system clock (memory, SQLite) or the database server's
+    /// The clock; `None` means the local clock (memory, SQLite) or the database server's
     /// clock (PostgreSQL, MySQL). An injected clock overrides server time everywhere.
     pub clock: Option<Arc<dyn Clock>>,
+    /// The machine's own clock, where a broker needs local time: waiting for a delayed task,
+    /// and every time of a backend whose clock is local (memory, SQLite) when no `clock` is
+    /// injected. `None` means the system clock. Unlike `clock` it never overrides a database
+    /// server's time: a handle whose local clock is off (a skewed machine, or a test that
+    /// skews it on purpose) still judges leases, delays and quota windows by the server.
+    pub local_clock: Option<Arc<dyn Clock>>,
     /// Largest payload, result or cursor in bytes; zero means 16 MiB. A backend whose storage
     /// holds less lowers it at `init` ([`Broker::limits`](crate::Broker::limits) reports the
     /// limit in force).
@@ -48,6 +54,12 @@ impl BrokerOptions {
     /// Injects a clock.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// Sets the local clock (see [`BrokerOptions::local_clock`]).
+    pub fn with_local_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.local_clock = Some(clock);
         self
     }
 
@@ -81,7 +93,11 @@ impl BrokerOptions {
                 self.throttled_max
             },
             notifier: Notifier::new(self.notify),
-            clock: self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock)),
+            clock: match (&self.clock, self.local_clock) {
+                (Some(injected), _) => injected.clone(),
+                (None, Some(local)) => local,
+                (None, None) => Arc::new(SystemClock),
+            },
             injected_clock: self.clock,
             limits: Limits::new(if self.max_payload_bytes == 0 {
                 DEFAULT_MAX_PAYLOAD_BYTES
@@ -109,6 +125,7 @@ impl fmt::Debug for BrokerOptions {
             .field("throttled_max", &self.throttled_max)
             .field("notify", &self.notify.is_some())
             .field("clock", &self.clock)
+            .field("local_clock", &self.local_clock)
             .field("max_payload_bytes", &self.max_payload_bytes)
             .finish()
     }
@@ -127,7 +144,8 @@ pub struct ResolvedOptions {
     pub throttled_max: u32,
     /// The state-change observer.
     pub notifier: Notifier,
-    /// The clock to read and wait on (the injected one, else the system clock).
+    /// The clock to read and wait on: the injected one, else the local clock
+    /// ([`BrokerOptions::local_clock`], by default the system clock).
     pub clock: Arc<dyn Clock>,
     /// The injected clock, if any: SQL servers use their own time unless this is set.
     pub injected_clock: Option<Arc<dyn Clock>>,
@@ -160,6 +178,21 @@ mod tests {
         assert_eq!(r.ttl("q0"), DEFAULT_LEASE_TTL);
         assert_eq!(r.limits.max_payload_bytes, 16 * 1024 * 1024);
         assert!(r.injected_clock.is_none());
+    }
+
+    #[test]
+    fn the_local_clock_is_read_unless_a_clock_is_injected() {
+        let local = crate::ManualClock::at_contract_epoch();
+        let r = BrokerOptions::new().with_local_clock(Arc::new(local.clone())).resolve();
+        assert_eq!(r.clock.now_ms(), local.now_ms());
+        assert!(r.injected_clock.is_none(), "a local clock is not an injected one");
+        let injected = crate::ManualClock::new(std::time::UNIX_EPOCH);
+        let r = BrokerOptions::new()
+            .with_local_clock(Arc::new(local))
+            .with_clock(Arc::new(injected.clone()))
+            .resolve();
+        assert_eq!(r.clock.now_ms(), injected.now_ms(), "an injected clock wins");
+        assert!(r.injected_clock.is_some());
     }
 
     #[test]

@@ -297,6 +297,7 @@ impl Builder {
             notify: self.on_state_change.clone(),
             clock: self.clock.clone(),
             max_payload_bytes: self.max_payload_bytes,
+            ..BrokerOptions::default()
         }
     }
 }

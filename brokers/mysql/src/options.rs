@@ -51,6 +51,9 @@ pub struct MySqlOptions {
     lock_wait_timeout_secs: u64,
     #[cfg(feature = "test-hooks")]
     pub(crate) log: Option<Arc<taskgate_sql::StatementLog>>,
+    /// The server time of every session, in unix ms (the test factory's server clock).
+    #[cfg(feature = "testing")]
+    pub(crate) session_clock: Option<Arc<std::sync::atomic::AtomicI64>>,
 }
 
 /// A bad URL or option, as the contract's input error.
@@ -109,6 +112,8 @@ impl MySqlOptions {
             lock_wait_timeout_secs: lock_wait.unwrap_or(DEFAULT_LOCK_WAIT_TIMEOUT_SECS),
             #[cfg(feature = "test-hooks")]
             log: None,
+            #[cfg(feature = "testing")]
+            session_clock: None,
         })
     }
 
@@ -160,12 +165,37 @@ impl MySqlOptions {
         Probe { connect: self.connect.clone(), lock_wait: self.lock_wait_timeout_secs, server }
     }
 
+    /// Fixes the server time of every session of the broker to `ms` (unix milliseconds,
+    /// read again each time a connection is taken from the pool): the test factory's server
+    /// clock (`SET timestamp`, which `NOW()` and `UNIX_TIMESTAMP()` follow).
+    #[cfg(feature = "testing")]
+    pub(crate) fn session_clock(mut self, ms: Arc<std::sync::atomic::AtomicI64>) -> Self {
+        self.session_clock = Some(ms);
+        self
+    }
+
+    /// The statement that sets a session's time from the test clock, if there is one.
+    fn clock_statement(&self) -> impl Fn() -> Option<String> + Send + Sync + Clone + 'static {
+        #[cfg(feature = "testing")]
+        let clock = self.session_clock.clone();
+        move || {
+            #[cfg(feature = "testing")]
+            if let Some(ms) = &clock {
+                let ms = ms.load(std::sync::atomic::Ordering::SeqCst);
+                return Some(format!("SET timestamp = {}.{:03}", ms / 1000, ms % 1000));
+            }
+            None
+        }
+    }
+
     /// The pool, opened lazily: no connection is made until the first statement. Each new
     /// connection is set up by [`setup_session`] (READ COMMITTED, the configured lock-wait
     /// timeout, the NO PAD collation `server` names). An idle connection is pinged before use
     /// only when it idled long or `health` suspects the pool.
     pub(crate) fn pool(&self, health: Arc<Health>, server: Arc<ServerInfo>) -> MySqlPool {
         let lock_wait = self.lock_wait_timeout_secs;
+        let clock = self.clock_statement();
+        let clock_on_connect = clock.clone();
         MySqlPoolOptions::new()
             .max_connections(self.pool_size)
             .min_connections(0)
@@ -173,16 +203,27 @@ impl MySqlOptions {
             .test_before_acquire(false)
             .before_acquire(move |conn, meta| {
                 let check = health.suspect() || meta.idle_for >= PING_AFTER_IDLE;
+                let set_clock = clock();
                 Box::pin(async move {
                     if check {
                         sqlx::Connection::ping(conn).await?;
+                    }
+                    if let Some(sql) = set_clock {
+                        conn.execute(sql.as_str()).await?;
                     }
                     Ok(true)
                 })
             })
             .after_connect(move |conn, _meta| {
                 let server = server.clone();
-                Box::pin(async move { setup_session(conn, lock_wait, &server).await })
+                let set_clock = clock_on_connect();
+                Box::pin(async move {
+                    setup_session(conn, lock_wait, &server).await?;
+                    if let Some(sql) = set_clock {
+                        conn.execute(sql.as_str()).await?;
+                    }
+                    Ok(())
+                })
             })
             .connect_lazy_with(self.connect.clone())
     }

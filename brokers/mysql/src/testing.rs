@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use brokertest::{Factory, Storage, Unavailable};
+use brokertest::{Factory, ServerClock, Storage, Unavailable};
 use sqlx::{Connection, Executor, MySqlConnection, Row};
-use taskgate::{BoxError, Broker};
+use taskgate::{BoxError, Broker, Timestamp};
 
 use crate::{MySqlBroker, MySqlOptions};
 
@@ -163,8 +163,45 @@ impl Storage for MySqlStorage {
         Some(built.map(|b| Arc::new(b) as Arc<dyn Broker>))
     }
 
+    async fn handle_polling_every(
+        &self,
+        interval: Duration,
+    ) -> Option<Result<Arc<dyn Broker>, BoxError>> {
+        let built = self.options().and_then(|o| o.poll_interval(interval).connect_lazy());
+        Some(built.map(|b| Arc::new(b) as Arc<dyn Broker>).map_err(Into::into))
+    }
+
+    /// Every session of a handle on this clock runs `SET timestamp = <the clock>` when the
+    /// pool hands it out: `NOW()` and `UNIX_TIMESTAMP()`, the engine's server time, follow.
+    async fn server_clock(
+        &self,
+        start: Timestamp,
+    ) -> Option<Result<Box<dyn ServerClock>, BoxError>> {
+        let ms = Arc::new(std::sync::atomic::AtomicI64::new(start.as_millis()));
+        Some(Ok(Box::new(SessionClock { storage: self.clone(), ms })))
+    }
+
     async fn cleanup(&self) -> Result<(), BoxError> {
         self.drop_tables().await
+    }
+}
+
+/// The server clock of one storage: the time its handles' sessions are set to.
+struct SessionClock {
+    storage: MySqlStorage,
+    ms: Arc<std::sync::atomic::AtomicI64>,
+}
+
+#[async_trait]
+impl ServerClock for SessionClock {
+    async fn handle(&self) -> Result<Arc<dyn Broker>, BoxError> {
+        let options = self.storage.options()?.session_clock(self.ms.clone());
+        Ok(Arc::new(options.connect_lazy()?))
+    }
+
+    async fn set(&self, at: Timestamp) -> Result<(), BoxError> {
+        self.ms.store(at.as_millis(), std::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 }
 

@@ -11,17 +11,23 @@
 //!    `TASKGATE_REQUIRE_DB=1`).
 //!
 //! A failed case may not clean up, so the first storage of a process also drops every
-//! `tgtest_` table set whose prefix was made more than an hour ago (the prefix carries its
-//! creation time).
+//! `tgtest_` table set (and server-clock schema) whose prefix was made more than an hour ago
+//! (the prefix carries its creation time).
+//!
+//! The suite's server clock ([`Storage::server_clock`]) is a schema `<prefix>clock` holding a
+//! one-row table and a function `clock_timestamp()` that reads it; handles on that clock put
+//! the schema before `pg_catalog` in their `search_path`, so the engine's server-time
+//! expression (`clock_timestamp()`, unqualified) reads the table instead of the server's
+//! real clock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use brokertest::{Factory, Storage, Unavailable};
+use brokertest::{Factory, ServerClock, Storage, Unavailable};
 use sqlx::{Connection, PgConnection};
-use taskgate::{BoxError, Broker};
+use taskgate::{BoxError, Broker, Timestamp};
 
 use crate::{PgBroker, PgOptions};
 
@@ -128,6 +134,7 @@ impl PgFactory {
             pool_size: self.pool_size,
             poll_interval: self.poll_interval,
             extra: Mutex::new(Vec::new()),
+            clock_schema: Mutex::new(None),
         })
     }
 }
@@ -152,6 +159,7 @@ pub struct PgStorage {
     pool_size: u32,
     poll_interval: Duration,
     extra: Mutex<Vec<String>>,
+    clock_schema: Mutex<Option<String>>,
 }
 
 impl PgStorage {
@@ -209,6 +217,24 @@ impl Storage for PgStorage {
         Some(made.map(|b| Arc::new(b) as Arc<dyn Broker>))
     }
 
+    async fn handle_polling_every(
+        &self,
+        interval: Duration,
+    ) -> Option<Result<Arc<dyn Broker>, BoxError>> {
+        let built = match self.options() {
+            Ok(options) => options.poll_interval(interval).connect().await,
+            Err(e) => Err(e),
+        };
+        Some(built.map(|b| Arc::new(b) as Arc<dyn Broker>).map_err(Into::into))
+    }
+
+    async fn server_clock(
+        &self,
+        start: Timestamp,
+    ) -> Option<Result<Box<dyn ServerClock>, BoxError>> {
+        Some(self.make_clock(start).await.map(|c| Box::new(c) as Box<dyn ServerClock>))
+    }
+
     async fn cleanup(&self) -> Result<(), BoxError> {
         let mut conn = self.admin().await?;
         let mut prefixes = self.extra.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -216,9 +242,75 @@ impl Storage for PgStorage {
         for prefix in prefixes {
             drop_tables(&mut conn, &prefix).await?;
         }
+        let schema = self.clock_schema.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(schema) = schema {
+            drop_clock_schema(&mut conn, &schema).await?;
+        }
         conn.close().await?;
         Ok(())
     }
+}
+
+impl PgStorage {
+    /// Creates this storage's clock schema at `start`.
+    async fn make_clock(&self, start: Timestamp) -> Result<PgServerClock, BoxError> {
+        let schema = format!("{}clock", self.prefix);
+        taskgate::validate::validate_prefix(&self.prefix)?;
+        let mut conn = self.admin().await?;
+        let tables: String =
+            sqlx::query_scalar("SELECT current_schema()::text").fetch_one(&mut conn).await?;
+        *self.clock_schema.lock().unwrap_or_else(|p| p.into_inner()) = Some(schema.clone());
+        crate::conn::simple(&mut conn, &format!("CREATE SCHEMA {schema}")).await?;
+        let create = format!("CREATE TABLE {schema}.server_now (ms BIGINT NOT NULL)");
+        crate::conn::simple(&mut conn, &create).await?;
+        sqlx::query(&format!("INSERT INTO {schema}.server_now (ms) VALUES ($1)"))
+            .bind(start.as_millis())
+            .execute(&mut conn)
+            .await?;
+        let function = format!(
+            "CREATE FUNCTION {schema}.clock_timestamp() RETURNS timestamptz LANGUAGE sql \
+             VOLATILE AS $$ SELECT timestamptz 'epoch' + ms * interval '1 millisecond' \
+             FROM {schema}.server_now $$"
+        );
+        crate::conn::simple(&mut conn, &function).await?;
+        conn.close().await?;
+        // No spaces: the startup `options` parameter splits on them.
+        let path = format!("\"{tables}\",{schema},pg_catalog");
+        let options = self.options()?.tune_connect(|c| c.options([("search_path", path)]));
+        Ok(PgServerClock { url: self.url.clone(), schema, options })
+    }
+}
+
+/// The server clock of one storage: its schema's `server_now` row.
+struct PgServerClock {
+    url: String,
+    schema: String,
+    options: PgOptions,
+}
+
+#[async_trait]
+impl ServerClock for PgServerClock {
+    async fn handle(&self) -> Result<Arc<dyn Broker>, BoxError> {
+        Ok(Arc::new(self.options.clone().connect().await?))
+    }
+
+    async fn set(&self, at: Timestamp) -> Result<(), BoxError> {
+        let mut conn = PgConnection::connect(&self.url).await?;
+        sqlx::query(&format!("UPDATE {}.server_now SET ms = $1", self.schema))
+            .bind(at.as_millis())
+            .execute(&mut conn)
+            .await?;
+        conn.close().await?;
+        Ok(())
+    }
+}
+
+/// Drops a server-clock schema (`<validated prefix>clock`) with its table and function.
+async fn drop_clock_schema(conn: &mut PgConnection, schema: &str) -> Result<(), BoxError> {
+    let prefix = schema.strip_suffix("clock").unwrap_or_default();
+    taskgate::validate::validate_prefix(prefix)?;
+    crate::conn::simple(conn, &format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await?;
+    Ok(())
 }
 
 /// Drops every table of `prefix` (a validated prefix: it is spliced into the statement).
@@ -326,6 +418,15 @@ pub async fn sweep(url: &str) -> Result<usize, BoxError> {
     let stale = stale_prefixes(tables.iter().map(String::as_str), SystemTime::now());
     for prefix in &stale {
         drop_tables(&mut conn, prefix).await?;
+    }
+    let schemas: Vec<String> = sqlx::query_scalar(
+        "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'tgtest\\_%clock'",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    let stale_clocks = stale_prefixes(schemas.iter().map(String::as_str), SystemTime::now());
+    for prefix in &stale_clocks {
+        drop_clock_schema(&mut conn, &format!("{prefix}clock")).await?;
     }
     conn.close().await?;
     Ok(stale.len())

@@ -1,5 +1,6 @@
 //! Test provisioning (extensions §E11): a failed case cannot drop its tables, so the factory
-//! sweeps `tgtest_` table sets made more than an hour ago — and only those.
+//! sweeps `tgtest_` table sets (and server-clock schemas) made more than an hour ago — and only
+//! those.
 
 mod common;
 
@@ -8,6 +9,16 @@ use std::time::{Duration, SystemTime};
 use brokertest::{within, TEST_LIMIT};
 use taskgate::{Broker, ManualClock};
 use taskgate_postgres::testing::{sweep, test_prefix_at};
+
+async fn schema_exists(
+    s: &taskgate_postgres::testing::PgStorage,
+    schema: &str,
+) -> Result<bool, taskgate::BoxError> {
+    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+        .bind(schema)
+        .fetch_one(&mut s.admin().await?)
+        .await?)
+}
 
 async fn tables(
     s: &taskgate_postgres::testing::PgStorage,
@@ -34,6 +45,8 @@ async fn the_sweep_drops_only_test_tables_older_than_an_hour() -> Result<(), tas
             b.init(common::options(&clock)).await?;
             b.close().await?;
             assert_eq!(tables(&s, prefix).await?, 5, "{prefix} has its five tables");
+            let create = format!("CREATE SCHEMA {prefix}clock");
+            sqlx::query(&create).execute(&mut s.admin().await?).await?;
         }
         let current = common::handle(&s, &clock, |o| o).await?;
         let dropped = sweep(s.url()).await?;
@@ -41,8 +54,11 @@ async fn the_sweep_drops_only_test_tables_older_than_an_hour() -> Result<(), tas
         assert_eq!(tables(&s, &old).await?, 0, "stale tables survived");
         assert_eq!(tables(&s, &recent).await?, 5, "a ten-minute-old set was dropped");
         assert_eq!(tables(&s, s.prefix()).await?, 5, "the running case's tables were dropped");
+        assert!(!schema_exists(&s, &format!("{old}clock")).await?, "a stale clock schema survived");
+        assert!(schema_exists(&s, &format!("{recent}clock")).await?, "a recent clock was dropped");
         let mut conn = s.admin().await?;
         taskgate_postgres::testing::drop_tables(&mut conn, &recent).await?;
+        sqlx::query(&format!("DROP SCHEMA {recent}clock")).execute(&mut conn).await?;
         common::finish(s, &[&current]).await
     })
     .await

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use taskgate::wake::{Lifecycle, WakeHub};
-use taskgate::{Error, ResolvedOptions, SystemClock, Task, Timestamp};
+use taskgate::{Error, ResolvedOptions, Task, Timestamp};
 
 use crate::dialect::{rewrite_placeholders, Placeholder, RetryClass, TimeSource};
 use crate::{Adapter, DbError, Dialect, Kind, Row, SqlConn, Value};
@@ -233,11 +233,13 @@ impl Core {
         }
     }
 
-    /// "Now" when Rust knows it without asking the server.
+    /// "Now" when Rust knows it without asking the server: the injected clock, else the
+    /// local clock (`BrokerOptions::local_clock`, by default the system clock) for a dialect
+    /// whose time is local. A server's time is never replaced by the local clock.
     pub(crate) fn local_now(&self, opts: &ResolvedOptions) -> Option<Timestamp> {
         match (&opts.injected_clock, self.dialect.time_source()) {
             (Some(clock), _) => Some(clock.now_ms()),
-            (None, TimeSource::Local) => Some(taskgate::Clock::now_ms(&SystemClock)),
+            (None, TimeSource::Local) => Some(opts.clock.now_ms()),
             (None, TimeSource::Server) => None,
         }
     }

@@ -1,6 +1,7 @@
 //! The periodic hard quota (contract §9) on the `<prefix>quota` table: one atomic reserve in the
 //! dialect's shape, a best-effort release, and opportunistic cleanup of old windows. Window
-//! time is the medium's (the database server, or SQLite's machine) unless a clock is injected.
+//! time is the medium's (the database server's, or SQLite's local clock) unless a clock is
+//! injected.
 
 use std::sync::{Arc, Mutex};
 
@@ -48,10 +49,11 @@ pub(crate) fn gate(
 }
 
 impl SqlQuotaGate {
-    /// The medium-time override in unix seconds: the injected clock's, else NULL.
+    /// The medium-time override in unix seconds: the injected clock's, else the local clock's
+    /// where the dialect's time is local (SQLite: the machine's), else NULL (the server's).
     fn now_override(&self, opts: &taskgate::ResolvedOptions) -> Value {
-        match &opts.injected_clock {
-            Some(clock) => Value::Int(clock.now_ms().as_secs()),
+        match self.core.local_now(opts) {
+            Some(now) => Value::Int(now.as_secs()),
             None => Value::Null(Kind::Int),
         }
     }

@@ -69,14 +69,20 @@ pub static MIGRATIONS: &[Migration] = &[
 /// What a SQLite broker on `location` declares: quota, `enqueue_in`, and for a file shared
 /// durable storage (every process on the machine that opens it); other processes' writes are
 /// found by polling, and time is the local clock. `sqlite::memory:` is neither shared nor
-/// durable.
-pub(crate) fn capabilities(location: &options::Location) -> Capabilities {
+/// durable. A test dialect whose time is the database's (`time`
+/// [`TimeSource::Server`](taskgate_sql::TimeSource::Server), the server-shaped one of
+/// [`testing`](crate::testing)) declares a server clock.
+pub(crate) fn capabilities(
+    location: &options::Location,
+    time: taskgate_sql::TimeSource,
+) -> Capabilities {
     let file = matches!(location, options::Location::File(_));
     Capabilities::NONE
         .with_quota(true)
         .with_transactional_enqueue(true)
         .with_shared_storage(file)
         .with_durable(file)
+        .with_server_clock(time == taskgate_sql::TimeSource::Server)
 }
 
 /// A taskgate broker on a SQLite database. Implements [`taskgate::Broker`] and the quota

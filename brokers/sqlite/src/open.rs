@@ -152,14 +152,14 @@ pub(crate) async fn open(options: SqliteOptions) -> Result<SqliteBroker> {
         session_options,
         last_optimize: Mutex::new(Instant::now()),
     });
+    let dialect = options.dialect.clone().unwrap_or_else(|| Arc::new(SqliteDialect));
     let config = EngineConfig {
         prefix: options.prefix.clone(),
         poll_interval: options.poll_interval,
         migrations: MIGRATIONS,
         migrate_on_init: false,
-        capabilities: crate::capabilities(&options.location),
+        capabilities: crate::capabilities(&options.location, dialect.time_source()),
     };
-    let dialect = options.dialect.clone().unwrap_or_else(|| Arc::new(SqliteDialect));
     let engine_adapter: Arc<dyn taskgate_sql::Adapter> = adapter.clone();
     #[cfg(feature = "test-hooks")]
     let engine_adapter = match &options.log {

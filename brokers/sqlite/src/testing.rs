@@ -1,13 +1,18 @@
 //! The brokertest factory for SQLite (feature `testing`): every case gets a fresh database
 //! file in its own temporary directory; every handle is a new broker instance on that file.
+//! With the server-shaped dialect the file also holds the clock the suite sets as the
+//! "server's" ([`Storage::server_clock`]).
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use brokertest::{Factory, Storage};
-use taskgate::{BoxError, Broker};
+use brokertest::{Factory, ServerClock, Storage};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{Connection, SqliteConnection};
+use taskgate::{BoxError, Broker, Timestamp};
 
 use taskgate_sql::{
     ClaimShape, DbError, DdlLock, Dialect, Placeholder, QuotaShape, RetryClass, TimeSource,
@@ -109,6 +114,28 @@ impl Storage for SqliteStorage {
         Ok(Arc::new(self.open().await?))
     }
 
+    async fn handle_polling_every(
+        &self,
+        interval: Duration,
+    ) -> Option<Result<Arc<dyn Broker>, BoxError>> {
+        let opened = self.options().poll_interval(interval).open().await;
+        Some(opened.map(|b| Arc::new(b) as Arc<dyn Broker>).map_err(Into::into))
+    }
+
+    /// The server-shaped dialect reads "now" from the database: the clock is a one-row table
+    /// in the file that [`ClockedServerShapedDialect`] reads instead of SQLite's time. The
+    /// plain dialect's time is local (no server clock).
+    async fn server_clock(
+        &self,
+        start: Timestamp,
+    ) -> Option<Result<Box<dyn ServerClock>, BoxError>> {
+        if !self.factory.server_shaped {
+            return None;
+        }
+        let clock = TableClock { path: self.path.clone(), options: self.options() };
+        Some(clock.create(start).await.map(|c| Box::new(c) as Box<dyn ServerClock>))
+    }
+
     async fn handle_with_prefix(&self, prefix: &str) -> Option<taskgate::Result<Arc<dyn Broker>>> {
         let opened = self.options().prefix(prefix).open().await;
         Some(opened.map(|b| Arc::new(b) as Arc<dyn Broker>))
@@ -119,6 +146,116 @@ impl Storage for SqliteStorage {
             let _ = std::fs::remove_dir_all(dir.path());
         }
         Ok(())
+    }
+}
+
+/// The table a [`ClockedServerShapedDialect`] reads "now" from (milliseconds, one row).
+pub const CLOCK_TABLE: &str = "tgtest_server_now";
+
+/// The server clock of a server-shaped storage: a one-row table in the file.
+struct TableClock {
+    path: PathBuf,
+    options: SqliteOptions,
+}
+
+impl TableClock {
+    async fn connect(&self) -> Result<SqliteConnection, BoxError> {
+        let url = format!("sqlite://{}", self.path.display());
+        let options = SqliteConnectOptions::from_str(&url)?.create_if_missing(true);
+        Ok(SqliteConnection::connect_with(&options).await?)
+    }
+
+    /// Creates the table at `start`.
+    async fn create(self, start: Timestamp) -> Result<TableClock, BoxError> {
+        let mut conn = self.connect().await?;
+        let create = format!("CREATE TABLE {CLOCK_TABLE} (ms INTEGER NOT NULL)");
+        sqlx::query(&create).execute(&mut conn).await?;
+        let insert = format!("INSERT INTO {CLOCK_TABLE} (ms) VALUES (?)");
+        sqlx::query(&insert).bind(start.as_millis()).execute(&mut conn).await?;
+        conn.close().await?;
+        Ok(self)
+    }
+}
+
+#[async_trait]
+impl ServerClock for TableClock {
+    async fn handle(&self) -> Result<Arc<dyn Broker>, BoxError> {
+        let options = self.options.clone().dialect(Arc::new(ClockedServerShapedDialect));
+        Ok(Arc::new(options.open().await?))
+    }
+
+    async fn set(&self, at: Timestamp) -> Result<(), BoxError> {
+        let mut conn = self.connect().await?;
+        let update = format!("UPDATE {CLOCK_TABLE} SET ms = ?");
+        sqlx::query(&update).bind(at.as_millis()).execute(&mut conn).await?;
+        conn.close().await?;
+        Ok(())
+    }
+}
+
+/// [`ServerShapedDialect`] whose "server time" is the [`CLOCK_TABLE`] row, which the suite
+/// sets ([`Storage::server_clock`]): the engine's server-time paths with a server clock a test
+/// controls.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClockedServerShapedDialect;
+
+/// The clock row, in milliseconds.
+const TABLE_NOW_MS: &str = "(SELECT ms FROM tgtest_server_now)";
+
+impl Dialect for ClockedServerShapedDialect {
+    fn name(&self) -> &'static str {
+        ServerShapedDialect.name()
+    }
+    fn placeholder(&self) -> Placeholder {
+        ServerShapedDialect.placeholder()
+    }
+    fn time_source(&self) -> TimeSource {
+        TimeSource::Server
+    }
+    fn now_ms_sql(&self) -> &'static str {
+        TABLE_NOW_MS
+    }
+    fn lock_clause(&self) -> &'static str {
+        ServerShapedDialect.lock_clause()
+    }
+    fn skip_locked_clause(&self) -> &'static str {
+        ServerShapedDialect.skip_locked_clause()
+    }
+    fn claim_shape(&self) -> ClaimShape {
+        ServerShapedDialect.claim_shape()
+    }
+    fn update_returning(&self) -> bool {
+        ServerShapedDialect.update_returning()
+    }
+    fn limit_all(&self) -> &'static str {
+        ServerShapedDialect.limit_all()
+    }
+    fn insert_ignore(&self, table: &str, columns: &str, values: &str, key: &str) -> String {
+        ServerShapedDialect.insert_ignore(table, columns, values, key)
+    }
+    fn quota_shape(&self, table: &str) -> QuotaShape {
+        match ServerShapedDialect.quota_shape(table) {
+            QuotaShape::EnsureThenUpdate { ensure_sql, update_sql, .. } => {
+                QuotaShape::EnsureThenUpdate {
+                    now_sql: format!("SELECT CAST(COALESCE(?, {TABLE_NOW_MS} / 1000) AS INTEGER)"),
+                    ensure_sql,
+                    update_sql,
+                }
+            }
+            other => other,
+        }
+    }
+    fn ddl_lock(&self, key: &str) -> Option<DdlLock> {
+        ServerShapedDialect.ddl_lock(key)
+    }
+    fn transactional_ddl(&self) -> bool {
+        ServerShapedDialect.transactional_ddl()
+    }
+    fn retry_class(&self, error: &DbError) -> RetryClass {
+        ServerShapedDialect.retry_class(error)
+    }
+    fn unique_violation(&self, error: &DbError, prefix: &str) -> Option<UniqueTarget> {
+        ServerShapedDialect.unique_violation(error, prefix)
     }
 }
 

@@ -142,3 +142,44 @@ async fn check_preset_id_and_replay_of(h: &Harness) -> CaseResult {
     assert_eq!(after, before, "(f) the rejected enqueue with replay_of stored a task");
     Ok(())
 }
+
+/// A cancelled execution keeps its business key (contract §8.2: a key with an execution of
+/// any status is taken; re-running is replay's job). Given `kc1` with key `kc` cancelled while
+/// pending, when `kc` is enqueued again, then it fails with `TaskExists` naming `kc1` as
+/// canceled and nothing is stored; a replay by key creates the next execution, and enqueuing
+/// `kc` once more names that one (pending). Given `kd1` with key `kd`, claimed, cancelled
+/// while running and finished with finish_canceled, `kd` is taken the same way.
+pub async fn c42_business_key_after_cancel(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::new(factory).await?;
+    h.enqueue(task("kc1", "job", "qk").with_business_key("kc")).await;
+    h.broker.cancel("kc1").await?;
+    let again = task("", "job", "qk").with_business_key("kc");
+    let taken = h.broker.enqueue(&again).await;
+    expect_tail(taken, "kc", "kc1", Status::Canceled, "kc after its execution was cancelled");
+    let filter = Filter { business_key: "kc".into(), ..Filter::default() };
+    let chain: Vec<String> = h.broker.list(&filter).await?.into_iter().map(|t| t.id).collect();
+    assert_eq!(chain, ["kc1"], "kc's executions after the refused enqueue");
+    let replay = h.broker.replay(taskgate::ReplayRequest::by_key("kc")).await?;
+    assert_eq!(replay.replay_of, "kc1", "the replay by key replays the cancelled kc1");
+    let taken = h.broker.enqueue(&again).await;
+    expect_tail(taken, "kc", &replay.id, Status::Pending, "kc after its replay");
+
+    h.enqueue(task("kd1", "job", "qd").with_business_key("kd")).await;
+    let claimed = h.dequeue(&["qd"]).await;
+    h.broker.cancel("kd1").await?;
+    h.broker.finish_canceled("kd1", &claimed.lease_token).await?;
+    let taken = h.broker.enqueue(&task("", "job", "qd").with_business_key("kd")).await;
+    expect_tail(taken, "kd", "kd1", Status::Canceled, "kd after finish_canceled");
+    h.finish().await
+}
+
+fn expect_tail(result: taskgate::Result<Task>, key: &str, tail: &str, status: Status, step: &str) {
+    let expected = ExistingTask { business_key: key.into(), execution_id: tail.into(), status };
+    match result {
+        Err(Error::TaskExists { existing: Some(existing), .. }) => {
+            assert_eq!(existing, expected, "{step}: TaskExists must name the chain tail");
+        }
+        Err(e) => panic!("{step}: expected TaskExists naming {expected:?}, got error {e}"),
+        Ok(t) => panic!("{step}: expected TaskExists, but enqueue stored {}", t.id),
+    }
+}

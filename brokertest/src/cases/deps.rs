@@ -168,3 +168,55 @@ async fn cancel_running_then_reap(h: &Harness) -> CaseResult {
     h.expect_blocked(&["q-rp"]).await;
     Ok(())
 }
+
+/// Duplicate parents are stored as given and count once (contract §5.1: the decision reads
+/// the distinct parents; notes §15.11: `depends_on` verbatim; decisions: each edge counts
+/// once). Given pending `p` and `q`, `c` (queue qd) on [p, p, q] reads back [p, p, q] and is
+/// blocked; after p completes it stays blocked (q is open); after q completes it is pending and
+/// claimable once (then nothing is left in qd, queue_len 0). Given `i` (ignore parent
+/// failure) on [r, r, s]: r fails, i stays blocked; r is resumed and completes, i stays
+/// blocked (r's edges counted once, also the second time r finishes); s completes, i is
+/// pending. Given `d` (fail fast) on [f, f], f failing cancels d with "parent f failed". Given
+/// `e` on [done, done] with done completed, e is pending at once.
+pub async fn c43_duplicate_parents(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::new(factory).await?;
+    h.enqueue(task("p", "job", "qp")).await;
+    h.enqueue(task("q", "job", "qq")).await;
+    let c = h.enqueue(task("c", "job", "qd").with_depends_on(["p", "p", "q"])).await;
+    assert_eq!(c.depends_on, ["p", "p", "q"], "c: depends_on as given");
+    assert_eq!(h.get("c").await.depends_on, ["p", "p", "q"], "c: depends_on read back");
+    assert_eq!(c.status, Status::Blocked, "c: two open parents");
+    h.ack_by_id("qp", "p").await;
+    assert_eq!(h.get("c").await.status, Status::Blocked, "c after p completed: q is open");
+    h.ack_by_id("qq", "q").await;
+    assert_eq!(h.get("c").await.status, Status::Pending, "c after p and q completed");
+    assert_eq!(h.dequeue(&["qd"]).await.id, "c", "the claim from qd");
+    assert!(h.broker.try_dequeue(&["qd"]).await?.is_none(), "c was claimable twice");
+    assert_eq!(h.broker.queue_len("qd").await?, 0, "queue_len of qd after c's claim");
+
+    h.enqueue(task("r", "job", "qr")).await;
+    h.enqueue(task("s", "job", "qs")).await;
+    let ignore = OnParentFailure::IgnoreParentFailure;
+    let i = task("i", "job", "qi").with_depends_on(["r", "r", "s"]).with_on_parent_failure(ignore);
+    h.enqueue(i).await;
+    h.fail_by_id("qr", "r").await;
+    assert_eq!(h.get("i").await.status, Status::Blocked, "i after r failed: s is open");
+    h.broker.resume("r").await?;
+    h.ack_by_id("qr", "r").await;
+    assert_eq!(h.get("i").await.status, Status::Blocked, "i after r finished a second time");
+    h.ack_by_id("qs", "s").await;
+    assert_eq!(h.get("i").await.status, Status::Pending, "i after s completed");
+
+    h.enqueue(task("f", "job", "qf")).await;
+    h.enqueue(task("d", "job", "qx").with_depends_on(["f", "f"])).await;
+    h.fail_by_id("qf", "f").await;
+    let d = h.get("d").await;
+    let got = (d.status, d.last_error.as_str());
+    assert_eq!(got, (Status::Canceled, "parent f failed"), "d after f failed");
+
+    h.enqueue(task("done", "job", "qo")).await;
+    h.ack_by_id("qo", "done").await;
+    let e = h.enqueue(task("e", "job", "qe").with_depends_on(["done", "done"])).await;
+    assert_eq!((e.status, e.depends_on.len()), (Status::Pending, 2), "e on a completed parent");
+    h.finish().await
+}

@@ -233,3 +233,37 @@ where
     }
     winners
 }
+
+/// Replay checks its target in the reference order (contract §8.3 step 3, notes §14 item 12):
+/// not final (`ReplayNotFinal`), then already replayed (`AlreadyReplayed`), then completed
+/// without the flag (`CompletedNotAllowed`). Given `ro` (key ko) completed and replayed with
+/// the flag to `ro2`, a replay of `ro` without the flag is `AlreadyReplayed`, not
+/// `CompletedNotAllowed` (and with it too); a replay of running `ro2`, or of key ko whose
+/// tail it is, is `ReplayNotFinal` even with the flag. Given completed `rp` never replayed,
+/// without the flag it is `CompletedNotAllowed`. No refused replay stores anything.
+pub async fn c44_replay_check_order(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::new(factory).await?;
+    h.enqueue(Task::new("job", "qo").with_id("ro").with_business_key("ko")).await;
+    h.ack_by_id("qo", "ro").await;
+    h.advance(SECOND);
+    let ro2 = h.broker.replay(ReplayRequest::by_id("ro").allow_completed()).await?;
+    let r = h.broker.replay(ReplayRequest::by_id("ro")).await;
+    expect_err(r, ErrorKind::AlreadyReplayed, "replay of replayed, completed ro without the flag");
+    let r = h.broker.replay(ReplayRequest::by_id("ro").allow_completed()).await;
+    expect_err(r, ErrorKind::AlreadyReplayed, "replay of replayed, completed ro with the flag");
+    let running = h.dequeue(&["qo"]).await;
+    assert_eq!(running.id, ro2.id, "the claim from qo must return ro's replay");
+    let r = h.broker.replay(ReplayRequest::by_id(&ro2.id).allow_completed()).await;
+    expect_err(r, ErrorKind::ReplayNotFinal, "replay of running ro2 with the flag");
+    let r = h.broker.replay(ReplayRequest::by_key("ko").allow_completed()).await;
+    expect_err(r, ErrorKind::ReplayNotFinal, "replay of key ko (tail ro2 running) with the flag");
+
+    h.enqueue(task("rp", "job", "qp")).await;
+    h.ack_by_id("qp", "rp").await;
+    let r = h.broker.replay(ReplayRequest::by_id("rp")).await;
+    expect_err(r, ErrorKind::CompletedNotAllowed, "replay of completed rp without the flag");
+    let ids: Vec<String> =
+        h.broker.list(&Filter::default()).await?.into_iter().map(|t| t.id).collect();
+    assert_eq!(ids.len(), 3, "tasks after the refused replays: {ids:?}");
+    h.finish().await
+}

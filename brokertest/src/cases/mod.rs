@@ -4,6 +4,7 @@
 
 mod basics;
 mod batches;
+mod cancel;
 mod check;
 mod claims;
 mod clock;
@@ -22,28 +23,36 @@ mod quota;
 mod race;
 mod resume;
 mod steps;
+mod wake;
 
-pub use basics::{c01_round_trip, c02_business_key_idempotent};
+pub use basics::{c01_round_trip, c02_business_key_idempotent, c42_business_key_after_cancel};
 pub use batches::{c28_batches, c29_dequeue_cancel_safety};
+pub use cancel::{
+    c39_heartbeat_renews_before_canceled, c40_cancel_request_survives_retry,
+    c45_ack_clears_cancel_request,
+};
 pub use claims::{c03_claim_mutex, c04_blocking_dequeue, c05_delayed_task, c09_retrying_reclaim};
-pub use clock::{c33_broker_now, c34_retry_after};
-pub use deps::{c10_dep_wake, c11_cascade_cancel, c12_cancel_states};
-pub use identity::{c19_replay_basic, c20_replay_chain, c22_identity_race};
+pub use clock::{c33_broker_now, c34_retry_after, c37_claims_by_server_clock};
+pub use deps::{c10_dep_wake, c11_cascade_cancel, c12_cancel_states, c43_duplicate_parents};
+pub use identity::{c19_replay_basic, c20_replay_chain, c22_identity_race, c44_replay_check_order};
 pub use leases::c07_lease_reap;
 pub use lifecycle::c30_lifecycle;
 pub use limits::{c27_input_limits, c36_payload_limits};
 pub use names::c35_names_by_bytes;
 pub use notify::c17_notify;
-pub use outcomes::{c06_ack_fail, c08_stale_token, c15_requeue_no_count, c16_illegal_transition};
+pub use outcomes::{
+    c06_ack_fail, c08_stale_token, c15_requeue_no_count, c16_illegal_transition, c46_retry_budget,
+};
 pub use pause::c25_queue_pause;
 pub use prune::c31_prune;
 pub use queries::{
     c13_counts_consistency, c14_list_filter, c18_list_pagination, c21_business_key_query,
 };
 pub use quota::{
-    q1_quota_hard_limit, q2_quota_window_rotate, q3_quota_stale_release, q4_quota_key_isolation,
-    q5_quota_concurrent_race,
+    c38_quota_by_server_clock, q1_quota_hard_limit, q2_quota_window_rotate, q3_quota_stale_release,
+    q4_quota_key_isolation, q5_quota_concurrent_race,
 };
 pub use race::c32_reap_race;
 pub use resume::c26_operator_resume;
 pub use steps::{c23_step_checkpoint, c24_step_cancel};
+pub use wake::{c41_writes_wake_waiters, c47_cross_process_wakeup};

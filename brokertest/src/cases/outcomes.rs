@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use taskgate::{Broker, ErrorKind, Failure, Status, Task};
+use taskgate::{Broker, ErrorKind, Failure, Status, Step, Task};
 
 use super::check::{expect_kind, must};
 use crate::{task, CaseResult, Factory, Harness};
@@ -207,4 +207,75 @@ pub async fn c16_illegal_transition(factory: &dyn Factory) -> CaseResult {
     expect_kind(h.broker.cancel("ghost").await, ErrorKind::NotFound, "cancel ghost");
     expect_kind(h.broker.ack("ghost", "any-token", None).await, ErrorKind::NotFound, "ack ghost");
     h.finish().await
+}
+
+/// The retry budget is exactly `max_retry` business failures, and nothing else consumes it
+/// (contract §4.1, §4.2; extensions §E3). Given `rb` (max_retry 2): the first claim shows
+/// attempts 0; business failure 1 ⇒ retrying, attempts 1; the next claim shows attempts 1; a
+/// throttled failure, a requeue and an expired lease then cost nothing (attempts 1, throttled
+/// 1, lease_lost 1); business failure 2 ⇒ retrying, attempts 2 (the claim after it shows 2);
+/// failure 3 ⇒ failed, attempts 3, last_error "boom 3". Given `rz` (max_retry 0), the first
+/// business failure is final (attempts 1). Given `rs` (max_retry 1): failure 1 ⇒ retrying; a
+/// saved step resets attempts to 0, so failure 2 ⇒ retrying again and failure 3 ⇒ failed.
+pub async fn c46_retry_budget(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::new(factory).await?;
+    h.enqueue(task("rb", "job", "qb").with_max_retry(2)).await;
+    let first = h.dequeue(&["qb"]).await;
+    assert_eq!(first.attempts, 0, "rb: the first claim's attempts");
+    business(&h, "rb", &first.lease_token, 1).await?;
+    expect_rb(&h, Status::Retrying, (1, 0, 0), "after business failure 1").await;
+    let second = h.dequeue(&["qb"]).await;
+    assert_eq!(second.attempts, 1, "rb: the claim after one failure");
+    h.broker.fail("rb", &second.lease_token, Failure::throttled("429", h.now())).await?;
+    let third = h.dequeue(&["qb"]).await;
+    h.broker.requeue("rb", &third.lease_token).await?;
+    h.dequeue(&["qb"]).await;
+    h.advance(Duration::from_secs(61));
+    assert_eq!(must(h.broker.reap_expired().await, "reap rb")?, 1, "the reap of rb's lease");
+    expect_rb(&h, Status::Pending, (1, 1, 1), "after a throttle, a requeue and a reap").await;
+    let claimed = h.dequeue(&["qb"]).await;
+    assert_eq!(claimed.attempts, 1, "rb: the claim after the free outcomes");
+    business(&h, "rb", &claimed.lease_token, 2).await?;
+    expect_rb(&h, Status::Retrying, (2, 1, 1), "after business failure 2").await;
+    let claimed = h.dequeue(&["qb"]).await;
+    assert_eq!(claimed.attempts, 2, "rb: the claim after two failures");
+    business(&h, "rb", &claimed.lease_token, 3).await?;
+    expect_rb(&h, Status::Failed, (3, 1, 1), "after business failure 3").await;
+    assert_eq!(h.get("rb").await.last_error, "boom 3", "rb: last_error");
+
+    h.enqueue(task("rz", "job", "qz")).await;
+    let claimed = h.dequeue(&["qz"]).await;
+    business(&h, "rz", &claimed.lease_token, 1).await?;
+    let rz = h.get("rz").await;
+    assert_eq!((rz.status, rz.attempts), (Status::Failed, 1), "rz: max_retry 0 fails at once");
+
+    h.enqueue(task("rs", "job", "qs").with_max_retry(1)).await;
+    let claimed = h.dequeue(&["qs"]).await;
+    business(&h, "rs", &claimed.lease_token, 1).await?;
+    let claimed = h.dequeue(&["qs"]).await;
+    h.broker.save_step("rs", &claimed.lease_token, Step::default()).await?;
+    assert_eq!(h.get("rs").await.attempts, 0, "rs: a saved step resets attempts");
+    let claimed = h.dequeue(&["qs"]).await;
+    business(&h, "rs", &claimed.lease_token, 2).await?;
+    let rs = h.get("rs").await;
+    assert_eq!((rs.status, rs.attempts), (Status::Retrying, 1), "rs: a failure after the step");
+    let claimed = h.dequeue(&["qs"]).await;
+    business(&h, "rs", &claimed.lease_token, 3).await?;
+    let rs = h.get("rs").await;
+    assert_eq!((rs.status, rs.attempts), (Status::Failed, 2), "rs: the budget after the step");
+    h.finish().await
+}
+
+/// Fails `id` with business failure `n` ("boom n"), retried now.
+async fn business(h: &Harness, id: &str, token: &str, n: u32) -> Result<(), taskgate::BoxError> {
+    let failure = Failure::business(format!("boom {n}"), h.now());
+    must(h.broker.fail(id, token, failure).await, &format!("business failure {n} of {id}"))?;
+    Ok(())
+}
+
+/// Asserts rb's status and (attempts, throttled, lease_lost).
+async fn expect_rb(h: &Harness, status: Status, counters: (u32, u32, u32), when: &str) {
+    let rb = h.get("rb").await;
+    let got = (rb.status, (rb.attempts, rb.throttled, rb.lease_lost));
+    assert_eq!(got, (status, counters), "rb {when}: (status, (attempts, throttled, lease_lost))");
 }

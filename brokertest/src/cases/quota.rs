@@ -1,4 +1,6 @@
-//! The periodic hard quota (contract §9, §10.3): limit 3 per 10 s window on queue q.
+//! The periodic hard quota (contract §9, §10.3): limit 3 per 10 s window on queue q. A backend
+//! that declares no quota reports these cases unsupported; one that declares quota but has no
+//! provider fails them.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -7,31 +9,27 @@ use std::time::Duration;
 use taskgate::{window_start, BoxError, Broker, QuotaConfig, QuotaGate, Reservation};
 use tokio::sync::Barrier;
 
-use crate::{CaseResult, Factory, Harness, SAFETY_TIMEOUT};
+use super::clock::ClockWorld;
+use crate::{CaseResult, Factory, Harness, Need, SAFETY_TIMEOUT};
 
 const LIMIT: u32 = 3;
 const PERIOD: Duration = Duration::from_secs(10);
 
-/// A harness on a backend that has quota; without a provider the case fails (after removing
-/// its storage).
+/// A harness on a backend that declares quota (else the case is unsupported) and has a
+/// provider (else it fails).
 async fn quota_harness(factory: &dyn Factory) -> Result<Harness, BoxError> {
-    let h = Harness::new(factory).await?;
-    if h.broker.quota_provider().is_none() {
-        h.finish().await?;
-        return Err("backend has no QuotaProvider".into());
-    }
-    Ok(h)
+    Harness::new(factory).await?.require(Need::Quota).await
 }
 
 /// A gate for queue q with limit 3, period 10 s and `key`; a backend without quota fails.
-fn gate(broker: &dyn Broker, key: &str) -> Result<Arc<dyn QuotaGate>, BoxError> {
+pub(crate) fn gate(broker: &dyn Broker, key: &str) -> Result<Arc<dyn QuotaGate>, BoxError> {
     let provider = broker.quota_provider().ok_or("backend has no QuotaProvider")?;
     let config = QuotaConfig { limit: LIMIT, period: PERIOD, key: key.into() };
     Ok(provider.queue_quota("q", &config)?)
 }
 
 /// Reserve must return a reservation.
-async fn reserve(gate: &dyn QuotaGate, what: &str) -> Reservation {
+pub(crate) async fn reserve(gate: &dyn QuotaGate, what: &str) -> Reservation {
     match tokio::time::timeout(SAFETY_TIMEOUT, gate.reserve()).await {
         Ok(Ok(Some(r))) => r,
         Ok(Ok(None)) => panic!("{what}: reserve found the window exhausted"),
@@ -41,7 +39,7 @@ async fn reserve(gate: &dyn QuotaGate, what: &str) -> Reservation {
 }
 
 /// Reserve must report exhaustion: no reservation and no error.
-async fn exhausted(gate: &dyn QuotaGate, what: &str) {
+pub(crate) async fn exhausted(gate: &dyn QuotaGate, what: &str) {
     match tokio::time::timeout(SAFETY_TIMEOUT, gate.reserve()).await {
         Ok(Ok(None)) => {}
         Ok(Ok(Some(r))) => panic!("{what}: expected exhausted, reserved window {}", r.window),
@@ -167,4 +165,36 @@ pub async fn q5_quota_concurrent_race(factory: &dyn Factory) -> CaseResult {
     assert_eq!(reserved.len(), 3, "24 concurrent reserves with limit 3 (windows {windows:?})");
     assert_eq!(windows, BTreeSet::from([window]), "the race reserved in the current window");
     h.finish().await
+}
+
+/// Quota windows are the storage's time, never a handle's own clock (contract §9.4). Given
+/// the two handles of c37's world (no injected clock; in the server form A's local clock
+/// 1 h 7 s ahead of the server's and B's 1 h 3 s behind) and gates on key kc (limit 3 per
+/// 10 s) on each, when they reserve at S + 2 s, then A, B, A get window S and B's fourth is
+/// exhausted; at S + 10 s A and B get window S + 10 s, A's third at S + 19.999 s too, and B's
+/// fourth is exhausted; at S + 20 s B gets window S + 20 s.
+pub async fn c38_quota_by_server_clock(factory: &dyn Factory) -> CaseResult {
+    let w = ClockWorld::open(factory).await?;
+    if let Err(e) = Need::Quota.check(&*w.a) {
+        w.finish().await?;
+        return Err(e);
+    }
+    let (ga, gb) = (gate(&*w.a, "kc")?, gate(&*w.b, "kc")?);
+    let window = |w: &ClockWorld, secs: u64| w.at(Duration::from_secs(secs)).as_secs();
+    w.set(Duration::from_secs(2)).await?;
+    for (i, g) in [&ga, &gb, &ga].into_iter().enumerate() {
+        let got = reserve(&**g, &format!("reservation {} at S + 2 s", i + 1)).await;
+        assert_eq!(got.window, window(&w, 0), "reservation {} at S + 2 s: window", i + 1);
+    }
+    exhausted(&*gb, "B's fourth reservation at S + 2 s (the window has its three)").await;
+    w.set(PERIOD).await?;
+    assert_eq!(reserve(&*ga, "A at S + 10 s").await.window, window(&w, 10), "A at S + 10 s");
+    assert_eq!(reserve(&*gb, "B at S + 10 s").await.window, window(&w, 10), "B at S + 10 s");
+    w.set(Duration::from_millis(19_999)).await?;
+    let third = reserve(&*ga, "A at S + 19.999 s").await;
+    assert_eq!(third.window, window(&w, 10), "A at S + 19.999 s: still the window of S + 10 s");
+    exhausted(&*gb, "B at S + 19.999 s (the window of S + 10 s has its three)").await;
+    w.set(2 * PERIOD).await?;
+    assert_eq!(reserve(&*gb, "B at S + 20 s").await.window, window(&w, 20), "B at S + 20 s");
+    w.finish().await
 }

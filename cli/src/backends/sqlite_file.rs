@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use brokertest::{Factory, Storage};
@@ -57,6 +58,14 @@ impl Storage for PrefixStorage {
 
     async fn handle_with_prefix(&self, prefix: &str) -> Option<taskgate::Result<Arc<dyn Broker>>> {
         Some(self.open(prefix).await.map(|b| Arc::new(b) as Arc<dyn Broker>))
+    }
+
+    async fn handle_polling_every(
+        &self,
+        interval: Duration,
+    ) -> Option<Result<Arc<dyn Broker>, BoxError>> {
+        let options = SqliteOptions::new(&self.path).prefix(&self.prefix).poll_interval(interval);
+        Some(options.open().await.map(|b| Arc::new(b) as Arc<dyn Broker>).map_err(Into::into))
     }
 
     async fn cleanup(&self) -> Result<(), BoxError> {
