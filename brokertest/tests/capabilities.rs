@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use brokertest::{run_case_test, run_matching, Factory, Outcome, Storage};
 use taskgate::{
-    AckItem, BoxError, Broker, BrokerOptions, Capabilities, Counts, Failure, Filter, PruneRequest,
-    QueueList, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
+    AckItem, BoxError, Broker, BrokerOptions, Capabilities, Counts, Failure, Filter, Limits,
+    PruneRequest, QueueList, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
 };
 use taskgate_memory::testing::MemoryFactory;
 
@@ -60,6 +60,9 @@ impl Broker for Declared {
     }
     async fn now(&self) -> Result<Timestamp> {
         self.inner.now().await
+    }
+    fn limits(&self) -> Result<Limits> {
+        self.inner.limits()
     }
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {
         self.inner.enqueue_many(tasks).await

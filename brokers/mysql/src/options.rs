@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::Executor;
 use taskgate::{Error, Result};
 
 use crate::adapter::{Health, Probe};
