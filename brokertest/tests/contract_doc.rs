@@ -275,6 +275,13 @@ fn every_rule_is_numbered_in_its_section_and_proven_or_listed() {
             rule.id
         );
         *expected += 1;
+        if let Some(at) = rule.text.find("Decided:") {
+            assert!(
+                rule.text[at..].contains("](decisions.md#"),
+                "§{}: `Decided:` must link the paragraph of docs/decisions.md that records it",
+                rule.id
+            );
+        }
         let proven = rule.text.contains("Proven by:");
         let unproven = rule.text.contains(UNPROVEN);
         assert!(
