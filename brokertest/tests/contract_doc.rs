@@ -1,7 +1,7 @@
 //! Keeps `docs/contract.md` honest against the code: every case is cited by a rule, every cited
 //! case exists where its link says, every `§` citation in the workspace's Rust code resolves to
 //! a heading (or rule) of the document, every link finds its file and every link into
-//! `docs/decisions.md` its paragraph, every rule is either proven or listed as not yet proven,
+//! `docs/decisions.md` its section, every rule is either proven or listed as not yet proven,
 //! and the generated lists at the end (unproven rules, rules proven only outside the suite, the
 //! case index) match the rules above them.
 //!
@@ -278,7 +278,7 @@ fn every_rule_is_numbered_in_its_section_and_proven_or_listed() {
         if let Some(at) = rule.text.find("Decided:") {
             assert!(
                 rule.text[at..].contains("](decisions.md#"),
-                "§{}: `Decided:` must link the paragraph of docs/decisions.md that records it",
+                "§{}: `Decided:` must link the section of docs/decisions.md that records it",
                 rule.id
             );
         }
