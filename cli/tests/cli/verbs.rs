@@ -145,5 +145,17 @@ async fn scenario(db: &TestDb) {
     assert_eq!(broker.get(&invoice.id).await.expect("invoice kept").status, Status::Completed);
     snap!("get_unknown", clean(&fails(tg(db, &["get", &email.id]), 1)));
 
+    // cancel of a running task: only requested; the worker's final write makes it canceled.
+    let long = broker.enqueue(&Task::new("long", "work")).await.expect("enqueue long");
+    let running = broker.try_dequeue(&["work"]).await.expect("claim").expect("the long task");
+    let said = ok(tg(db, &["cancel", &long.id])).stdout;
+    assert_eq!(said, format!("cancel requested for {}: it is running; its worker stops it and finishes it as canceled\n", long.id));
+    let stored = broker.get(&long.id).await.expect("get long");
+    assert_eq!((stored.status, stored.cancel_requested), (Status::Running, true));
+    let listed = json(&ok(tg(db, &["--json", "list", "--status", "running"])));
+    assert_eq!(listed["tasks"][0]["cancel_requested"], true, "{listed}");
+    broker.finish_canceled(&long.id, &running.lease_token).await.expect("finish canceled");
+    assert_eq!(broker.get(&long.id).await.expect("get long").status, Status::Canceled);
+
     broker.close().await.expect("close");
 }
