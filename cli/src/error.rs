@@ -94,7 +94,7 @@ pub(crate) enum CliError {
         filter: String,
     },
     /// The broker refused the request (already final, not resumable, …); nothing changed.
-    #[error("refused: {0}")]
+    #[error("refused: {0}{hint}", hint = hint(.0))]
     Refused(taskgate::Error),
     /// The database could not be reached.
     #[error("cannot reach the database at {url}: {cause}")]
@@ -154,6 +154,17 @@ impl From<taskgate::Error> for CliError {
             e @ taskgate::Error::Backend { .. } => CliError::Storage(e),
             e => CliError::Refused(e),
         }
+    }
+}
+
+/// What the operator can do about a refusal, where the CLI has a flag for it.
+fn hint(e: &taskgate::Error) -> &'static str {
+    match e {
+        taskgate::Error::CompletedNotAllowed { .. } => " (pass --allow-completed)",
+        taskgate::Error::AlreadyReplayed { .. } => {
+            " (replay the chain's latest execution: --key BUSINESS_KEY, or its ID)"
+        }
+        _ => "",
     }
 }
 

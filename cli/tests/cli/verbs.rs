@@ -122,6 +122,8 @@ async fn scenario(db: &TestDb) {
     assert_eq!(chain[1].replay_of, invoice.id);
     assert_eq!(replayed["id"], chain[1].id.as_str());
     assert_eq!(replayed["status"], "pending");
+    let forked = fails(tg(db, &["replay", &invoice.id, "--allow-completed"]), 1);
+    assert!(forked.contains("execution already replayed") && forked.contains("--key"), "{forked}");
 
     // pause / unpause.
     ok(tg(db, &["pause", "mail", "reports"]));
