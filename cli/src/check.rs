@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::backends::{factory_for, probe, DEFAULT_URL};
 use crate::error::{redact, CliError, EXIT_INTERRUPTED};
-use crate::output::{one_line, Format};
+use crate::output::{err, one_line, out, Format};
 use track::Tracker;
 
 /// Arguments of `taskgate check`.
@@ -25,10 +25,7 @@ pub(crate) struct CheckArgs {
     /// postgres://…, mysql://… or mariadb://…. Each case gets its own isolated storage (a
     /// random table prefix on a database, dropped afterwards).
     #[arg(value_name = "URL")]
-    url: Option<String>,
-    /// The backend to check, as an option (or TASKGATE_URL); the positional URL wins.
-    #[arg(long = "url", env = "TASKGATE_URL", value_name = "URL")]
-    url_option: Option<String>,
+    target: Option<String>,
     /// Run only the cases whose name contains this text (e.g. `c07`, `quota`).
     #[arg(long)]
     filter: Option<String>,
@@ -42,12 +39,14 @@ const STOP_LIMIT: Duration = Duration::from_secs(10);
 
 /// Runs the check. Exit code 0 when every selected case passed or is unsupported as the backend
 /// declares, 1 when one failed, 2 when the database is unreachable, 130 after Ctrl-C.
-pub(crate) async fn run(args: CheckArgs, format: Format) -> crate::error::Outcome {
+pub(crate) async fn run(args: CheckArgs, ctx: &crate::Context) -> crate::error::Outcome {
+    let format = ctx.format;
     if args.list {
-        brokertest::case_names().iter().for_each(|name| println!("{name}"));
+        brokertest::case_names().iter().for_each(|name| out(name));
         return Ok(ExitCode::SUCCESS);
     }
-    let url = args.url.or(args.url_option).unwrap_or_else(|| DEFAULT_URL.to_owned());
+    // The positional URL wins over --url / TASKGATE_URL.
+    let url = args.target.or_else(|| ctx.db.url.clone()).unwrap_or_else(|| DEFAULT_URL.to_owned());
     let filter = args.filter.unwrap_or_default();
     let names: Vec<&'static str> =
         brokertest::case_names().into_iter().filter(|n| n.contains(&filter)).collect();
@@ -72,7 +71,7 @@ pub(crate) async fn run(args: CheckArgs, format: Format) -> crate::error::Outcom
     }
     if format == Format::Json {
         let doc = check_json(&url, &backend, &reports, elapsed);
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        out(&serde_json::to_string_pretty(&doc).unwrap_or_default());
     }
     Ok(match reports.iter().all(|r| r.outcome.is_ok()) {
         true => ExitCode::SUCCESS,
@@ -91,8 +90,8 @@ struct Progress {
 impl Progress {
     fn say(&self, line: &str) {
         match self.format {
-            Format::Human => println!("{line}"),
-            Format::Json => eprintln!("{line}"),
+            Format::Human => out(line),
+            Format::Json => err(line),
         }
     }
 
@@ -222,6 +221,14 @@ impl Interrupt {
     }
 }
 
+/// `1 case`, `52 cases`.
+fn cases(n: usize) -> String {
+    match n {
+        1 => "1 case".to_owned(),
+        n => format!("{n} cases"),
+    }
+}
+
 fn width(names: &[&str]) -> usize {
     names.iter().map(|n| n.len()).max().unwrap_or(4)
 }
@@ -255,8 +262,8 @@ pub(crate) fn summary(reports: &[CaseReport], elapsed: Duration) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{} cases in {}: {} passed, {} failed, {} skipped, {} unsupported",
-        reports.len(),
+        "{} in {}: {} passed, {} failed, {} skipped, {} unsupported",
+        cases(reports.len()),
         format_elapsed(elapsed),
         count(|o| matches!(o, Outcome::Passed)),
         count(|o| matches!(o, Outcome::Failed(_))),

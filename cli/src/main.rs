@@ -2,7 +2,7 @@
 //! (`list`, `get`, `cancel`, `resume`, `replay`, `pause`, `unpause`, `stats`, `prune`,
 //! `migrate`) and `check`, which runs the whole contract suite against a backend.
 //!
-//! Every verb is one variant of [`Command`] and one `async fn(args, format) -> Outcome`;
+//! Every verb is one variant of [`Command`] and one `async fn(args, &Context) -> Outcome`;
 //! adding a verb is adding both and one line in [`Command::run`].
 
 mod backends;
@@ -35,8 +35,19 @@ struct Cli {
     /// Print one JSON document instead of tables and sentences.
     #[arg(long, global = true)]
     json: bool,
+    #[command(flatten)]
+    db: open::Db,
     #[command(subcommand)]
     command: Command,
+}
+
+/// What every verb gets besides its own arguments: the database and the output format.
+#[derive(Debug)]
+pub(crate) struct Context {
+    /// The database (`--url`/`TASKGATE_URL`, `--prefix`), before anything is opened.
+    pub(crate) db: open::Db,
+    /// Tables or JSON.
+    pub(crate) format: Format,
 }
 
 #[derive(Debug, Subcommand)]
@@ -66,19 +77,19 @@ enum Command {
 }
 
 impl Command {
-    async fn run(self, format: Format) -> Outcome {
+    async fn run(self, ctx: &Context) -> Outcome {
         match self {
-            Command::List(args) => tasks::list(args, format).await,
-            Command::Get(args) => tasks::get(args, format).await,
-            Command::Cancel(args) => tasks::cancel(args, format).await,
-            Command::Resume(args) => tasks::resume(args, format).await,
-            Command::Replay(args) => tasks::replay(args, format).await,
-            Command::Pause(args) => queues::pause(args, format).await,
-            Command::Unpause(args) => queues::unpause(args, format).await,
-            Command::Stats(args) => queues::stats(args, format).await,
-            Command::Prune(args) => prune::prune(args, format).await,
-            Command::Migrate(args) => migrate::migrate(args, format).await,
-            Command::Check(args) => check::run(args, format).await,
+            Command::List(args) => tasks::list(args, ctx).await,
+            Command::Get(args) => tasks::get(args, ctx).await,
+            Command::Cancel(args) => tasks::cancel(args, ctx).await,
+            Command::Resume(args) => tasks::resume(args, ctx).await,
+            Command::Replay(args) => tasks::replay(args, ctx).await,
+            Command::Pause(args) => queues::pause(args, ctx).await,
+            Command::Unpause(args) => queues::unpause(args, ctx).await,
+            Command::Stats(args) => queues::stats(args, ctx).await,
+            Command::Prune(args) => prune::prune(args, ctx).await,
+            Command::Migrate(args) => migrate::migrate(args, ctx).await,
+            Command::Check(args) => check::run(args, ctx).await,
         }
     }
 }
@@ -97,18 +108,19 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("taskgate: cannot start the async runtime: {e}");
+            output::err(&format!("taskgate: cannot start the async runtime: {e}"));
             return ExitCode::from(EXIT_DATABASE);
         }
     };
-    match runtime.block_on(cli.command.run(format)) {
+    let ctx = Context { db: cli.db, format };
+    match runtime.block_on(cli.command.run(&ctx)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("taskgate: {e}");
+            output::err(&format!("taskgate: {e}"));
             if format == Format::Json {
                 let error =
                     serde_json::json!({ "error": { "code": e.code(), "message": e.to_string() } });
-                println!("{error}");
+                output::out(&error.to_string());
             }
             e.exit_code()
         }

@@ -17,10 +17,10 @@ use crate::error::{redact, CliError};
 pub(crate) struct Db {
     /// The database: memory:// (private to this process), sqlite://PATH, postgres://…,
     /// mysql://… or mariadb://….
-    #[arg(long, env = "TASKGATE_URL", value_name = "URL")]
+    #[arg(long, env = "TASKGATE_URL", value_name = "URL", global = true)]
     pub(crate) url: Option<String>,
     /// The table prefix the application uses.
-    #[arg(long, env = "TASKGATE_PREFIX", default_value = "taskgate_")]
+    #[arg(long, env = "TASKGATE_PREFIX", default_value = "taskgate_", global = true)]
     pub(crate) prefix: String,
 }
 
@@ -157,10 +157,10 @@ impl Db {
         let target = Target::parse(&url)?;
         taskgate::validate::validate_prefix(&self.prefix)?;
         if target.is_private() {
-            eprintln!(
+            crate::output::err(&format!(
                 "taskgate: note: {url} is private to this process: it starts empty and is gone \
                  when taskgate exits"
-            );
+            ));
         }
         Ok(Resolved { url, target, prefix: self.prefix.clone() })
     }

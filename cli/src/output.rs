@@ -20,9 +20,22 @@ pub(crate) enum Format {
 /// Prints `human` or `json`, as `format` says.
 pub(crate) fn emit(format: Format, human: &str, json: &Json) {
     match format {
-        Format::Human => print!("{human}"),
-        Format::Json => println!("{}", serde_json::to_string_pretty(json).unwrap_or_default()),
+        Format::Human => out(human.trim_end_matches('\n')),
+        Format::Json => out(&serde_json::to_string_pretty(json).unwrap_or_default()),
     }
+}
+
+/// Writes `text` and a newline to stdout. A closed stdout (`taskgate list | head -1`) is not an
+/// error worth a panic, as `println!` would make it: the text is dropped.
+pub(crate) fn out(text: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+/// Writes `text` and a newline to stderr, never panicking.
+pub(crate) fn err(text: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 /// Opaque bytes (payload, result, cursor) as JSON: the JSON value itself when they parse as

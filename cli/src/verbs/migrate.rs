@@ -6,30 +6,29 @@ use clap::Args;
 use serde_json::json;
 
 use crate::error::{CliError, Outcome};
-use crate::open::{self, Db, SchemaStatus, Target};
-use crate::output::{emit, Format};
+use crate::open::{self, SchemaStatus, Target};
+use crate::output::emit;
+use crate::Context;
 
 /// Arguments of `taskgate migrate`.
 #[derive(Debug, Args)]
 pub(crate) struct MigrateArgs {
-    #[command(flatten)]
-    db: Db,
     /// Only show the schema's version and what is pending; change nothing.
     #[arg(long)]
     status: bool,
 }
 
 /// `taskgate migrate [--status]`.
-pub(crate) async fn migrate(args: MigrateArgs, format: Format) -> Outcome {
-    let db = args.db.resolve()?;
+pub(crate) async fn migrate(args: MigrateArgs, ctx: &Context) -> Outcome {
+    let db = ctx.db.resolve()?;
     if db.target.is_private() {
         let human = format!("{} keeps no schema: nothing to migrate\n", db.url);
-        emit(format, &human, &json!({ "prefix": db.prefix, "schema": null }));
+        emit(ctx.format, &human, &json!({ "prefix": db.prefix, "schema": null }));
         return Ok(ExitCode::SUCCESS);
     }
     if args.status {
         let status = open::status(&db).await?;
-        emit(format, &status_text(&db.prefix, &status), &status_json(&db.prefix, &status, &[]));
+        emit(ctx.format, &status_text(&db.prefix, &status), &status_json(&db.prefix, &status, &[]));
         return Ok(ExitCode::SUCCESS);
     }
     let before = match open::status(&db).await {
@@ -62,7 +61,7 @@ pub(crate) async fn migrate(args: MigrateArgs, format: Format) -> Outcome {
             status_text(&db.prefix, &after)
         ),
     };
-    emit(format, &human, &status_json(&db.prefix, &after, &applied));
+    emit(ctx.format, &human, &status_json(&db.prefix, &after, &applied));
     Ok(ExitCode::SUCCESS)
 }
 

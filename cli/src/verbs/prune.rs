@@ -8,14 +8,12 @@ use serde_json::json;
 use taskgate::{PruneRequest, Status, Timestamp};
 
 use crate::error::{CliError, Outcome};
-use crate::open::Db;
-use crate::output::{emit, Format};
+use crate::output::emit;
+use crate::Context;
 
 /// Arguments of `taskgate prune`.
 #[derive(Debug, Args)]
 pub(crate) struct PruneArgs {
-    #[command(flatten)]
-    db: Db,
     /// Delete tasks that finished longer ago than this, by the broker's clock: a number and a
     /// unit, s, m, h or d (`7d`, `12h`).
     #[arg(long, value_name = "AGE", required_unless_present = "before", conflicts_with = "before")]
@@ -36,11 +34,11 @@ pub(crate) struct PruneArgs {
 }
 
 /// `taskgate prune`: deletes finished tasks older than a cut-off and says how many.
-pub(crate) async fn prune(args: PruneArgs, format: Format) -> Outcome {
+pub(crate) async fn prune(args: PruneArgs, ctx: &Context) -> Outcome {
     let statuses = args.statuses.iter().map(|s| parse_final(s)).collect::<Result<Vec<_>, _>>()?;
     let age = args.older_than.as_deref().map(parse_age).transpose()?;
     let before = args.before.as_deref().map(str::parse::<Timestamp>).transpose()?;
-    let broker = args.db.open().await?;
+    let broker = ctx.db.open().await?;
     let cutoff = match (before, age) {
         (Some(at), _) => at,
         (None, Some(age)) => broker.now().await?.saturating_sub(age),
@@ -57,7 +55,7 @@ pub(crate) async fn prune(args: PruneArgs, format: Format) -> Outcome {
     let deleted = broker.prune(request).await?;
     let noun = if deleted == 1 { "task" } else { "tasks" };
     let human = format!("pruned {deleted} {noun} that finished before {cutoff}\n");
-    emit(format, &human, &json!({ "deleted": deleted, "finished_before": cutoff.to_string() }));
+    emit(ctx.format, &human, &json!({ "deleted": deleted, "finished_before": cutoff.to_string() }));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }

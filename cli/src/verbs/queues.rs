@@ -8,34 +8,32 @@ use serde_json::json;
 use taskgate::{Broker, Status};
 
 use crate::error::Outcome;
-use crate::open::Db;
-use crate::output::{emit, table, Format};
+use crate::output::{emit, table};
+use crate::Context;
 
 /// Arguments of `taskgate pause` and `taskgate unpause`.
 #[derive(Debug, Args)]
 pub(crate) struct QueueArgs {
-    #[command(flatten)]
-    db: Db,
     /// The queues.
     #[arg(required = true, value_name = "QUEUE")]
     queues: Vec<String>,
 }
 
 /// `taskgate pause QUEUE…`: no task of these queues is claimed until they are unpaused.
-pub(crate) async fn pause(args: QueueArgs, format: Format) -> Outcome {
-    set_paused(args, true, format).await
+pub(crate) async fn pause(args: QueueArgs, ctx: &Context) -> Outcome {
+    set_paused(args, true, ctx).await
 }
 
 /// `taskgate unpause QUEUE…`: claims from these queues resume.
-pub(crate) async fn unpause(args: QueueArgs, format: Format) -> Outcome {
-    set_paused(args, false, format).await
+pub(crate) async fn unpause(args: QueueArgs, ctx: &Context) -> Outcome {
+    set_paused(args, false, ctx).await
 }
 
-async fn set_paused(args: QueueArgs, paused: bool, format: Format) -> Outcome {
+async fn set_paused(args: QueueArgs, paused: bool, ctx: &Context) -> Outcome {
     for queue in &args.queues {
         taskgate::validate::validate_queue(queue)?;
     }
-    let broker = args.db.open().await?;
+    let broker = ctx.db.open().await?;
     for queue in &args.queues {
         match paused {
             true => broker.pause_queue(queue).await?,
@@ -47,7 +45,7 @@ async fn set_paused(args: QueueArgs, paused: bool, format: Format) -> Outcome {
     let list = |q: &[String]| if q.is_empty() { "none".to_owned() } else { q.join(", ") };
     let human =
         format!("{verb} {}\npaused queues now: {}\n", args.queues.join(", "), list(&now_paused));
-    emit(format, &human, &json!({ verb: args.queues, "paused_queues": now_paused }));
+    emit(ctx.format, &human, &json!({ verb: args.queues, "paused_queues": now_paused }));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
@@ -55,8 +53,6 @@ async fn set_paused(args: QueueArgs, paused: bool, format: Format) -> Outcome {
 /// Arguments of `taskgate stats`.
 #[derive(Debug, Args)]
 pub(crate) struct StatsArgs {
-    #[command(flatten)]
-    db: Db,
     /// Also show how many tasks wait in this queue (pending and retrying, delayed ones
     /// included); repeatable.
     #[arg(long = "queue", value_name = "QUEUE")]
@@ -64,11 +60,11 @@ pub(crate) struct StatsArgs {
 }
 
 /// `taskgate stats`: tasks by type and status, paused queues, queue lengths.
-pub(crate) async fn stats(args: StatsArgs, format: Format) -> Outcome {
+pub(crate) async fn stats(args: StatsArgs, ctx: &Context) -> Outcome {
     for queue in &args.queues {
         taskgate::validate::validate_queue(queue)?;
     }
-    let broker = args.db.open().await?;
+    let broker = ctx.db.open().await?;
     let counts = broker.counts().await?;
     let paused = broker.paused_queues().await?;
     let lengths = queue_lengths(&*broker, &args.queues).await?;
@@ -85,7 +81,7 @@ pub(crate) async fn stats(args: StatsArgs, format: Format) -> Outcome {
         "paused_queues": paused,
         "queue_lengths": lengths,
     });
-    emit(format, &human, &json);
+    emit(ctx.format, &human, &json);
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }

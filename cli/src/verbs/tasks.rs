@@ -8,14 +8,12 @@ use serde_json::json;
 use taskgate::{Filter, ReplayRequest, Status, Task};
 
 use crate::error::{CliError, Outcome};
-use crate::open::Db;
-use crate::output::{clip, emit, status_label, table, task_block, Format, TaskView};
+use crate::output::{clip, emit, status_label, table, task_block, TaskView};
+use crate::Context;
 
 /// Arguments of `taskgate list`.
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
-    #[command(flatten)]
-    db: Db,
     /// Only tasks in this queue.
     #[arg(long)]
     queue: Option<String>,
@@ -41,7 +39,7 @@ pub(crate) struct ListArgs {
 }
 
 /// `taskgate list`: tasks in creation order, filtered.
-pub(crate) async fn list(args: ListArgs, format: Format) -> Outcome {
+pub(crate) async fn list(args: ListArgs, ctx: &Context) -> Outcome {
     let status = args.status.as_deref().map(parse_status).transpose()?;
     let filter = Filter {
         task_type: args.task_type.unwrap_or_default(),
@@ -52,14 +50,14 @@ pub(crate) async fn list(args: ListArgs, format: Format) -> Outcome {
         limit: args.limit,
         offset: args.offset,
     };
-    let broker = args.db.open().await?;
+    let broker = ctx.db.open().await?;
     let tasks = broker.list(&filter).await?;
     let json = json!({
         "tasks": tasks.iter().map(TaskView::json).collect::<Vec<_>>(),
         "limit": filter.limit,
         "offset": filter.offset,
     });
-    emit(format, &list_table(&tasks, &filter), &json);
+    emit(ctx.format, &list_table(&tasks, &filter), &json);
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
@@ -106,26 +104,24 @@ fn list_table(tasks: &[Task], filter: &Filter) -> String {
 /// Arguments of the verbs that take one task ID.
 #[derive(Debug, Args)]
 pub(crate) struct IdArgs {
-    #[command(flatten)]
-    db: Db,
     /// The task's ID.
     id: String,
 }
 
 /// `taskgate get ID`: every field of one task.
-pub(crate) async fn get(args: IdArgs, format: Format) -> Outcome {
+pub(crate) async fn get(args: IdArgs, ctx: &Context) -> Outcome {
     taskgate::validate::validate_id(&args.id)?;
-    let broker = args.db.open().await?;
+    let broker = ctx.db.open().await?;
     let task = broker.get(&args.id).await?;
-    emit(format, &task_block(&task), &TaskView::json(&task));
+    emit(ctx.format, &task_block(&task), &TaskView::json(&task));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
 
 /// `taskgate cancel ID`: cancels a task at once, or asks its worker to stop when it runs.
-pub(crate) async fn cancel(args: IdArgs, format: Format) -> Outcome {
+pub(crate) async fn cancel(args: IdArgs, ctx: &Context) -> Outcome {
     taskgate::validate::validate_id(&args.id)?;
-    let broker = args.db.open().await?;
+    let broker = ctx.db.open().await?;
     broker.cancel(&args.id).await?;
     let task = broker.get(&args.id).await?;
     let human = match task.cancel_requested {
@@ -136,18 +132,18 @@ pub(crate) async fn cancel(args: IdArgs, format: Format) -> Outcome {
         ),
         false => format!("canceled {}\n", task.id),
     };
-    emit(format, &human, &TaskView::json(&task));
+    emit(ctx.format, &human, &TaskView::json(&task));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
 
 /// `taskgate resume ID`: runs a failed or canceled task again under its own ID.
-pub(crate) async fn resume(args: IdArgs, format: Format) -> Outcome {
+pub(crate) async fn resume(args: IdArgs, ctx: &Context) -> Outcome {
     taskgate::validate::validate_id(&args.id)?;
-    let broker = args.db.open().await?;
+    let broker = ctx.db.open().await?;
     let task = broker.resume(&args.id).await?;
     let human = format!("resumed {}: now {} (resumes: {})\n", task.id, task.status, task.resumes);
-    emit(format, &human, &TaskView::json(&task));
+    emit(ctx.format, &human, &TaskView::json(&task));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
@@ -155,8 +151,6 @@ pub(crate) async fn resume(args: IdArgs, format: Format) -> Outcome {
 /// Arguments of `taskgate replay`.
 #[derive(Debug, Args)]
 pub(crate) struct ReplayArgs {
-    #[command(flatten)]
-    db: Db,
     /// The finished execution to replay.
     #[arg(required_unless_present = "key", conflicts_with = "key")]
     id: Option<String>,
@@ -172,7 +166,7 @@ pub(crate) struct ReplayArgs {
 }
 
 /// `taskgate replay ID`: a new execution of a finished one.
-pub(crate) async fn replay(args: ReplayArgs, format: Format) -> Outcome {
+pub(crate) async fn replay(args: ReplayArgs, ctx: &Context) -> Outcome {
     let mut request = match (&args.id, &args.key) {
         (Some(id), _) => {
             taskgate::validate::validate_id(id)?;
@@ -187,10 +181,10 @@ pub(crate) async fn replay(args: ReplayArgs, format: Format) -> Outcome {
     if let Some(payload) = args.payload {
         request = request.with_payload(payload.into_bytes());
     }
-    let broker = args.db.open().await?;
+    let broker = ctx.db.open().await?;
     let task = broker.replay(request).await?;
     let human = format!("replayed {} as {} (now {})\n", task.replay_of, task.id, task.status);
-    emit(format, &human, &TaskView::json(&task));
+    emit(ctx.format, &human, &TaskView::json(&task));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }

@@ -157,3 +157,34 @@ async fn ctrl_c_removes_the_tables_of_the_interrupted_run() {
     db.drop().await;
     assert_eq!(left, Vec::<String>::new(), "tables left after Ctrl-C\n{stdout}");
 }
+
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    for args in
+        [&["check", "memory://", "--filter", "c0"][..], &["--json", "list", "--url", "memory://"]]
+    {
+        let mut child = taskgate()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start taskgate");
+        drop(child.stdout.take()); // `taskgate … | head -0`
+        let err = reader(child.stderr.take());
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("{args:?} still running after 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let stderr = err.join().unwrap_or_default();
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}
