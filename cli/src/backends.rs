@@ -3,10 +3,9 @@
 use std::sync::Arc;
 
 use brokertest::Factory;
-use taskgate_sql::Kind;
 
-use crate::error::{redact, CliError};
-use crate::open::Target;
+use crate::error::CliError;
+use crate::open::{Resolved, Target};
 
 mod sqlite_file;
 
@@ -47,10 +46,6 @@ pub(crate) fn factory_for(url: &str) -> Result<Arc<dyn Factory>, CliError> {
 /// Checks once, before any case runs, that the database `url` names can be reached (a SQLite
 /// file: that its directory exists), so an unreachable one is one message, not one per case.
 pub(crate) async fn probe(url: &str) -> Result<(), CliError> {
-    let unreachable = |e: &dyn std::fmt::Display| CliError::Unreachable {
-        url: redact(url),
-        cause: e.to_string(),
-    };
     match Target::parse(url) {
         Ok(Target::Sqlite(Some(path))) => {
             let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
@@ -62,21 +57,11 @@ pub(crate) async fn probe(url: &str) -> Result<(), CliError> {
                 _ => Ok(()),
             }
         }
-        Ok(Target::Postgres(url)) => {
-            let broker =
-                taskgate_postgres::PgOptions::from_url(&url)?.pool_size(1).connect().await?;
-            let read = broker.engine().adapter().read("SELECT 1", &[], &[Kind::Int]).await;
-            broker.engine().adapter().close().await;
-            read.map(drop).map_err(|e| unreachable(&e))
-        }
-        Ok(Target::MySql(url)) => {
-            let options = taskgate_mysql::MySqlOptions::from_url(&url)?.pool_size(1);
-            let broker = options.connect().await.map_err(|e| match e {
-                taskgate::Error::Backend { source, .. } => unreachable(&source),
-                e => e.into(),
-            })?;
-            broker.engine().adapter().close().await;
-            Ok(())
+        Ok(target @ (Target::Postgres(_) | Target::MySql(_))) => {
+            // The read-only schema look-up the operator verbs make: it connects like a broker
+            // handle and reports an unreachable server as one error.
+            let db = Resolved { url: url.to_owned(), target, prefix: "taskgate_".to_owned() };
+            crate::open::status(&db).await.map(drop)
         }
         _ => Ok(()),
     }

@@ -57,11 +57,9 @@ pub(crate) async fn run(args: CheckArgs, ctx: &crate::Context) -> crate::error::
     probe(&url).await?;
     let backend = factory.name();
     let mut progress = Progress { format, index: 0, total: names.len(), width: width(&names) };
-    progress.say(&format!(
-        "taskgate check {} ({backend} backend, {} cases)",
-        redact(&url),
-        names.len()
-    ));
+    let header =
+        format!("taskgate check {} ({backend} backend, {})", redact(&url), cases(names.len()));
+    progress.say(&header);
     let started = Instant::now();
     let (reports, interrupted) = run_cases(factory, &names, &mut progress).await;
     let elapsed = started.elapsed();
