@@ -16,3 +16,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 step "workflow file"
 python3 -c 'import yaml' 2>/dev/null || python3 -m pip install --quiet pyyaml
 python3 ci/check_workflow.py .github/workflows/ci.yml
+
+step "the shipped binary links no test hook and no testcontainers"
+tree=$(cargo tree -p taskgate-cli -e features --locked)
+if grep -E 'testcontainers|test-hooks' <<<"$tree"; then
+  echo "taskgate-cli depends on test machinery (above)" >&2
+  exit 1
+fi

@@ -1,0 +1,163 @@
+//! Every operator verb through the built binary, on SQLite, PostgreSQL and MariaDB: the test
+//! enqueues through the library, runs the verb, and checks both what it printed (insta
+//! snapshots shared by every backend: the output must not depend on the backend) and what the
+//! database holds afterwards.
+
+use rstest::rstest;
+use taskgate::{Failure, Filter, Status, Task};
+
+use crate::common::{filters, json, scrub, tg, Run, TestDb};
+
+/// Asserts a successful run and returns it.
+fn ok(run: Run) -> Run {
+    assert_eq!(run.code, 0, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    run
+}
+
+/// Asserts a run that failed with `code` and returns its error text.
+fn fails(run: Run, code: i32) -> String {
+    assert_eq!(run.code, code, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    run.stderr
+}
+
+macro_rules! snap {
+    ($name:expr, $text:expr) => {
+        insta::with_settings!({ filters => filters(), prepend_module_to_snapshot => false }, {
+            insta::assert_snapshot!($name, $text);
+        })
+    };
+}
+
+#[rstest]
+#[case::sqlite("sqlite")]
+#[case::postgres("postgres")]
+#[case::mysql("mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_verbs(#[case] backend: &'static str) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    brokertest::within(brokertest::TEST_LIMIT, "the verbs scenario", scenario(&db)).await;
+    db.remove().await;
+}
+
+async fn scenario(db: &TestDb) {
+    let names: Vec<(&str, &str)> = vec![(&db.url, "url")];
+    let clean = |text: &str| scrub(text, &db.prefix, &names);
+
+    // No schema yet: every verb but `migrate` refuses, and `migrate` creates it.
+    let refused = fails(tg(db, &["list"]), 1);
+    match db.backend {
+        "sqlite" => assert!(refused.contains("no SQLite database at"), "{refused}"),
+        _ => assert!(refused.contains("no taskgate schema with prefix"), "{refused}"),
+    }
+    snap!("migrate_apply", clean(&ok(tg(db, &["migrate"])).stdout));
+    snap!("migrate_again", clean(&ok(tg(db, &["migrate"])).stdout));
+    snap!("migrate_status_json", clean(&ok(tg(db, &["--json", "migrate", "--status"])).stdout));
+
+    // Three tasks through the library: one pending, one failed, one completed.
+    let broker = db.broker().await;
+    let mut email = Task::new("email", "mail");
+    email.payload = Some(br#"{"to":"ops@example.com"}"#.to_vec());
+    email.owner = "billing".into();
+    let email = broker.enqueue(&email).await.expect("enqueue email");
+    let mut report = Task::new("report", "reports");
+    report.payload = Some(vec![0xff, 0x00, 0x01]);
+    report.max_retry = 2;
+    let report = broker.enqueue(&report).await.expect("enqueue report");
+    let mut invoice = Task::new("invoice", "billing");
+    invoice.business_key = "inv-42".into();
+    let invoice = broker.enqueue(&invoice).await.expect("enqueue invoice");
+    let claimed = broker.try_dequeue(&["reports"]).await.expect("claim").expect("a report");
+    broker
+        .fail(&claimed.id, &claimed.lease_token, Failure::skip("printer on fire"))
+        .await
+        .expect("fail");
+    let claimed = broker.try_dequeue(&["billing"]).await.expect("claim").expect("an invoice");
+    broker.ack(&claimed.id, &claimed.lease_token, Some(b"ok".to_vec())).await.expect("ack");
+    let names: Vec<(&str, &str)> = vec![
+        (&db.url, "url"),
+        (&email.id, "email"),
+        (&report.id, "report"),
+        (&invoice.id, "invoice"),
+    ];
+    let clean = |text: &str| scrub(text, &db.prefix, &names);
+
+    // list, with filters.
+    snap!("list", clean(&ok(tg(db, &["list"])).stdout));
+    snap!("list_json", clean(&ok(tg(db, &["--json", "list"])).stdout));
+    let failed = ok(tg(db, &["list", "--status", "failed"])).stdout;
+    assert!(failed.contains(&report.id) && !failed.contains(&email.id), "{failed}");
+    let mail = json(&ok(tg(db, &["list", "--queue", "mail", "--json"])));
+    assert_eq!(mail["tasks"].as_array().map(Vec::len), Some(1), "{mail}");
+    assert_eq!(mail["tasks"][0]["id"], email.id.as_str());
+    let paged = json(&ok(tg(db, &["--json", "list", "--limit", "1", "--offset", "1"])));
+    assert_eq!(paged["tasks"][0]["id"], report.id.as_str(), "{paged}");
+    let by_owner = json(&ok(tg(db, &["--json", "list", "--owner", "billing", "--type", "email"])));
+    assert_eq!(by_owner["tasks"].as_array().map(Vec::len), Some(1), "{by_owner}");
+
+    // get.
+    snap!("get_failed", clean(&ok(tg(db, &["get", &report.id])).stdout));
+    snap!("get_json", clean(&ok(tg(db, &["get", "--json", &email.id])).stdout));
+
+    // resume: failed → pending under the same ID.
+    snap!("resume", clean(&ok(tg(db, &["resume", &report.id])).stdout));
+    let resumed = broker.get(&report.id).await.expect("get report");
+    assert_eq!((resumed.status, resumed.resumes), (Status::Pending, 1));
+    let again = fails(tg(db, &["resume", &report.id]), 1);
+    snap!("resume_pending_refused", clean(&again));
+
+    // cancel: pending → canceled; a second cancel is refused.
+    snap!("cancel", clean(&ok(tg(db, &["cancel", &email.id])).stdout));
+    assert_eq!(broker.get(&email.id).await.expect("get email").status, Status::Canceled);
+    snap!("cancel_final_refused", clean(&fails(tg(db, &["cancel", &email.id]), 1)));
+
+    // replay: a completed execution needs --allow-completed; by key it replays the tail.
+    snap!("replay_completed_refused", clean(&fails(tg(db, &["replay", &invoice.id]), 1)));
+    let replayed = json(&ok(tg(db, &["--json", "replay", "--key", "inv-42", "--allow-completed"])));
+    let chain = broker
+        .list(&Filter { business_key: "inv-42".into(), ..Filter::default() })
+        .await
+        .expect("list chain");
+    assert_eq!(chain.len(), 2);
+    assert_eq!(chain[1].replay_of, invoice.id);
+    assert_eq!(replayed["id"], chain[1].id.as_str());
+    assert_eq!(replayed["status"], "pending");
+    let forked = fails(tg(db, &["replay", &invoice.id, "--allow-completed"]), 1);
+    assert!(forked.contains("execution already replayed") && forked.contains("--key"), "{forked}");
+
+    // pause / unpause.
+    ok(tg(db, &["pause", "mail", "reports"]));
+    assert_eq!(broker.paused_queues().await.expect("paused"), ["mail", "reports"]);
+    snap!("unpause_json", clean(&ok(tg(db, &["--json", "unpause", "reports"])).stdout));
+    assert_eq!(broker.paused_queues().await.expect("paused"), ["mail"]);
+
+    // stats.
+    snap!("stats", clean(&ok(tg(db, &["stats", "--queue", "reports", "--queue", "mail"])).stdout));
+    let stats = json(&ok(tg(db, &["--json", "stats", "--queue", "reports"])));
+    assert_eq!(stats["counts"]["invoice"]["completed"], 1, "{stats}");
+    assert_eq!(stats["counts"]["invoice"]["pending"], 1, "{stats}");
+    assert_eq!(stats["totals"]["canceled"], 1, "{stats}");
+    assert_eq!(stats["queue_lengths"]["reports"], 1, "{stats}");
+    assert_eq!(stats["paused_queues"], serde_json::json!(["mail"]));
+
+    // prune: the canceled email goes; the keyed invoice chain stays without --include-keyed.
+    snap!("prune_none", clean(&ok(tg(db, &["prune", "--older-than", "7d"])).stdout));
+    snap!("prune", clean(&ok(tg(db, &["prune", "--before", "2999-01-01T00:00:00Z"])).stdout));
+    assert!(matches!(broker.get(&email.id).await, Err(taskgate::Error::NotFound { .. })));
+    assert_eq!(broker.get(&invoice.id).await.expect("invoice kept").status, Status::Completed);
+    snap!("get_unknown", clean(&fails(tg(db, &["get", &email.id]), 1)));
+
+    // cancel of a running task: only requested; the worker's final write makes it canceled.
+    let long = broker.enqueue(&Task::new("long", "work")).await.expect("enqueue long");
+    let running = broker.try_dequeue(&["work"]).await.expect("claim").expect("the long task");
+    let said = ok(tg(db, &["cancel", &long.id])).stdout;
+    assert_eq!(said, format!("cancel requested for {}: it is running; its worker stops it and finishes it as canceled\n", long.id));
+    let stored = broker.get(&long.id).await.expect("get long");
+    assert_eq!((stored.status, stored.cancel_requested), (Status::Running, true));
+    let listed = json(&ok(tg(db, &["--json", "list", "--status", "running"])));
+    assert_eq!(listed["tasks"][0]["cancel_requested"], true, "{listed}");
+    broker.finish_canceled(&long.id, &running.lease_token).await.expect("finish canceled");
+    assert_eq!(broker.get(&long.id).await.expect("get long").status, Status::Canceled);
+
+    broker.close().await.expect("close");
+}
