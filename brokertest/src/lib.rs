@@ -35,6 +35,7 @@
 //! history checker bound every call, round and run (see [`model`]).
 
 pub mod cases;
+mod cleanup;
 mod deadline;
 mod harness;
 pub mod model;

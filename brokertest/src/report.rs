@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cleanup::Tracked;
 use crate::{Factory, Unavailable, Unsupported, CASES};
 
 /// Longest a single case may run before it counts as failed (a hang is a failure).
@@ -70,9 +71,38 @@ async fn run_one(name: &str, factory: Arc<dyn Factory>) -> Outcome {
     let Some(case) = CASES.iter().find(|c| c.name == name) else {
         return Outcome::Failed(format!("no case named {name}"));
     };
-    let handle = tokio::spawn((case.run)(factory));
+    run_case(case.run, factory).await
+}
+
+/// Runs one case body on its own task, bounded by [`CASE_TIMEOUT`], then removes any storage
+/// it left behind.
+async fn run_case(
+    run: fn(Arc<dyn Factory>) -> taskgate::BoxFuture<'static, crate::CaseResult>,
+    factory: Arc<dyn Factory>,
+) -> Outcome {
+    let tracked = Tracked::new(factory);
+    let handle = tokio::spawn(run(tracked.clone()));
     let abort = handle.abort_handle();
-    match tokio::time::timeout(CASE_TIMEOUT, handle).await {
+    let outcome = judge(tokio::time::timeout(CASE_TIMEOUT, handle).await, &abort);
+    // Whatever the outcome, the case's storage goes (a panicking case never reached its
+    // `finish`): no tables or files are left for an hour-old sweep to find.
+    match (tracked.sweep().await, outcome) {
+        (Err(e), Outcome::Passed) => Outcome::Failed(format!(
+            "passed, but removing its storage failed: {}",
+            error_chain(&*e)
+        )),
+        (Err(e), Outcome::Failed(why)) => {
+            Outcome::Failed(format!("{why}; removing its storage failed too: {}", error_chain(&*e)))
+        }
+        (_, outcome) => outcome,
+    }
+}
+
+type Joined =
+    Result<Result<crate::CaseResult, tokio::task::JoinError>, tokio::time::error::Elapsed>;
+
+fn judge(joined: Joined, abort: &tokio::task::AbortHandle) -> Outcome {
+    match joined {
         Err(_) => Outcome::Failed({
             abort.abort();
             format!(
@@ -158,7 +188,62 @@ pub async fn run_case_test(name: &str, factory: Arc<dyn Factory>) {
 
 #[cfg(test)]
 mod tests {
-    use super::error_chain;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use async_trait::async_trait;
+    use taskgate::{BoxError, BoxFuture, Broker};
+
+    use super::{error_chain, run_case, Outcome};
+    use crate::{CaseResult, Factory, Storage};
+
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    static REMOVED: AtomicUsize = AtomicUsize::new(0);
+
+    struct Counting;
+    struct Counted;
+
+    #[async_trait]
+    impl Factory for Counting {
+        fn name(&self) -> String {
+            "counting".into()
+        }
+        async fn storage(&self) -> Result<Box<dyn Storage>, BoxError> {
+            MADE.fetch_add(1, Ordering::SeqCst);
+            Ok(Box::new(Counted))
+        }
+    }
+
+    #[async_trait]
+    impl Storage for Counted {
+        async fn handle(&self) -> Result<Arc<dyn Broker>, BoxError> {
+            Err("no handles here".into())
+        }
+        async fn cleanup(&self) -> Result<(), BoxError> {
+            REMOVED.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    fn panics_holding_two(factory: Arc<dyn Factory>) -> BoxFuture<'static, CaseResult> {
+        Box::pin(async move {
+            let _a = factory.storage().await?;
+            let b = factory.storage().await?;
+            b.cleanup().await?; // cleaned by the case: not removed twice
+            panic!("an assertion failed mid-case");
+        })
+    }
+
+    #[tokio::test]
+    async fn a_panicking_case_leaves_no_storage_behind() {
+        let outcome = run_case(panics_holding_two, Arc::new(Counting)).await;
+        assert!(
+            matches!(&outcome, Outcome::Failed(why) if why.contains("an assertion failed")),
+            "{outcome:?}"
+        );
+        assert_eq!(MADE.load(Ordering::SeqCst), 2);
+        assert_eq!(REMOVED.load(Ordering::SeqCst), 2, "each storage removed exactly once");
+    }
 
     #[test]
     fn a_chain_does_not_repeat_a_cause_the_message_names() {

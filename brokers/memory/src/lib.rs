@@ -1,4 +1,4 @@
-//! In-memory taskgate broker: the whole contract in one process, and its semantic reference.
+//! In-memory taskgate broker: the whole contract in one process, for tests and single-process services.
 //!
 //! [`MemoryBroker`] keeps every task in a map under one mutex; each operation is one critical
 //! section (the contract's "atomic unit"). Claims come from per-queue `(run_at, id)` indexes,

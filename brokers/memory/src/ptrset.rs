@@ -68,8 +68,10 @@ const ROUND: u64 = 0x243f_6a88_85a3_08d3;
 /// The 64-bit halves of `a * b`, xored: a cheap, well-mixing round.
 fn folded_multiply(a: u64, b: u64) -> u64 {
     let full = u128::from(a) * u128::from(b);
-    // Truncations intended: the low and the high half of the product.
-    #[allow(clippy::cast_possible_truncation)]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "intended: the low and the high half of the product"
+    )]
     let (low, high) = (full as u64, (full >> 64) as u64);
     low ^ high
 }

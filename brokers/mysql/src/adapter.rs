@@ -176,7 +176,7 @@ impl SqlConn for MySqlTx {
 
 #[async_trait]
 impl WriteTx for MySqlTx {
-    async fn commit(self: Box<Self>) -> DbResult<()> {
+    async fn commit(self: Box<Self>, _woke: bool) -> DbResult<()> {
         // A connection lost here leaves the outcome unknown: the engine settles it.
         let health = self.runner.health.clone();
         self.tx.commit().await.inspect_err(|e| health.observe(e))

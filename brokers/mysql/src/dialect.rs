@@ -13,32 +13,32 @@ use taskgate_sql::{
 };
 
 /// ER_DUP_ENTRY: a unique key was violated.
-pub const ER_DUP_ENTRY: u16 = 1062;
+pub(crate) const ER_DUP_ENTRY: u16 = 1062;
 /// ER_DUP_ENTRY_WITH_KEY_NAME: the same, in the form some statements report it.
-pub const ER_DUP_ENTRY_WITH_KEY_NAME: u16 = 1586;
+pub(crate) const ER_DUP_ENTRY_WITH_KEY_NAME: u16 = 1586;
 /// ER_LOCK_DEADLOCK: InnoDB chose this transaction as a deadlock victim (it was rolled back).
-pub const ER_LOCK_DEADLOCK: u16 = 1213;
+pub(crate) const ER_LOCK_DEADLOCK: u16 = 1213;
 /// ER_LOCK_WAIT_TIMEOUT: a row lock was not granted within `innodb_lock_wait_timeout`.
-pub const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+pub(crate) const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// ER_DUP_FIELDNAME: `ADD COLUMN` of a column that exists (an idempotent migration re-run).
-pub const ER_DUP_FIELDNAME: u16 = 1060;
+pub(crate) const ER_DUP_FIELDNAME: u16 = 1060;
 /// ER_DUP_KEYNAME: `ADD KEY` of an index that exists (an idempotent migration re-run).
-pub const ER_DUP_KEYNAME: u16 = 1061;
+pub(crate) const ER_DUP_KEYNAME: u16 = 1061;
 /// ER_CANT_DROP_FIELD_OR_KEY: `DROP KEY` of an index already dropped (an idempotent re-run).
-pub const ER_CANT_DROP_FIELD_OR_KEY: u16 = 1091;
+pub(crate) const ER_CANT_DROP_FIELD_OR_KEY: u16 = 1091;
 
 /// ER_SERVER_SHUTDOWN: the server is shutting down (the connection goes with it).
-pub const ER_SERVER_SHUTDOWN: u16 = 1053;
+pub(crate) const ER_SERVER_SHUTDOWN: u16 = 1053;
 /// ER_CONNECTION_KILLED (MariaDB): this connection was killed.
-pub const ER_CONNECTION_KILLED: u16 = 1927;
+pub(crate) const ER_CONNECTION_KILLED: u16 = 1927;
 /// ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): the server closed an idle connection.
-pub const ER_CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
+pub(crate) const ER_CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
 
 /// Longest name `GET_LOCK` accepts (MySQL 5.7+ and MariaDB).
-pub const MAX_LOCK_NAME_CHARS: usize = 64;
+pub(crate) const MAX_LOCK_NAME_CHARS: usize = 64;
 
 /// Seconds `GET_LOCK` waits for a concurrent migration before init fails (contract §11.2).
-pub const DDL_LOCK_WAIT_SECS: i64 = 10;
+pub(crate) const DDL_LOCK_WAIT_SECS: i64 = 10;
 
 /// The MySQL/MariaDB dialect.
 #[derive(Clone, Copy, Debug, Default)]
@@ -58,7 +58,7 @@ pub fn error_number(error: &DbError) -> Option<u16> {
 /// again on another connection. A COMMIT that failed this way has an unknown outcome: the
 /// engine settles it (it finds out whether the transaction was applied), never retries it
 /// blindly.
-pub fn is_connection_lost(error: &DbError) -> bool {
+pub(crate) fn is_connection_lost(error: &DbError) -> bool {
     match error {
         DbError::Io(_) => true,
         _ => matches!(
@@ -70,7 +70,7 @@ pub fn is_connection_lost(error: &DbError) -> bool {
 
 /// The retry class of a server error number (contract §11.2): deadlock victims are retried at
 /// once, lock-wait timeouts once more, everything else never.
-pub fn retry_class_of(number: u16) -> RetryClass {
+pub(crate) fn retry_class_of(number: u16) -> RetryClass {
     match number {
         ER_LOCK_DEADLOCK => RetryClass::Immediate,
         ER_LOCK_WAIT_TIMEOUT => RetryClass::Limited,
@@ -80,7 +80,7 @@ pub fn retry_class_of(number: u16) -> RetryClass {
 
 /// The index a 1062 message names: the text after the last `for key '`, without its closing
 /// quote and without the `table.` qualifier MySQL 8 adds (MariaDB names the key alone).
-pub fn duplicate_key_name(message: &str) -> Option<&str> {
+pub(crate) fn duplicate_key_name(message: &str) -> Option<&str> {
     const MARK: &str = "for key '";
     let start = message.rfind(MARK)? + MARK.len();
     let quoted = &message[start..];
@@ -96,7 +96,7 @@ pub fn duplicate_key_name(message: &str) -> Option<&str> {
 /// a structured field (contract §8.5). The error number itself is structured and checked
 /// first; the key name is taken from the end of the message, so a duplicate *value* that
 /// happens to contain an index name cannot fool it.
-pub fn unique_target_of(message: &str, prefix: &str) -> UniqueTarget {
+pub(crate) fn unique_target_of(message: &str, prefix: &str) -> UniqueTarget {
     let Some(name) = duplicate_key_name(message) else { return UniqueTarget::Unnamed };
     match name.strip_prefix(prefix) {
         Some("uq_chain_head") => UniqueTarget::ChainHead,
@@ -106,7 +106,7 @@ pub fn unique_target_of(message: &str, prefix: &str) -> UniqueTarget {
 }
 
 /// The `GET_LOCK` name for lock key `key`: `taskgate:<key>`, cut to 64 characters.
-pub fn lock_name(key: &str) -> String {
+pub(crate) fn lock_name(key: &str) -> String {
     format!("taskgate:{key}").chars().take(MAX_LOCK_NAME_CHARS).collect()
 }
 

@@ -76,7 +76,7 @@
 
 mod adapter;
 mod codec;
-pub mod dialect;
+mod dialect;
 mod migrations;
 mod options;
 mod server;
@@ -90,7 +90,7 @@ use taskgate::{Capabilities, Error, Result, Task, Timestamp};
 use taskgate_sql::{EngineConfig, HotStatement, Kind, SqlBroker};
 
 use crate::adapter::{BorrowedConn, Health, MySqlAdapter};
-pub use crate::dialect::MySqlDialect;
+pub use crate::dialect::{error_number, MySqlDialect};
 pub use crate::migrations::MIGRATIONS;
 pub use crate::options::{
     MySqlOptions, DEFAULT_LOCK_WAIT_TIMEOUT_SECS, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
@@ -129,6 +129,12 @@ impl MySqlBroker {
     /// Call [`init`](taskgate::Broker::init) before use.
     pub async fn connect(url: &str) -> Result<MySqlBroker> {
         MySqlOptions::from_url(url)?.connect().await
+    }
+
+    /// A broker on `url` with the default options, without touching the server (the pool
+    /// connects on first use; `init` fails if the server cannot be reached).
+    pub fn connect_lazy(url: &str) -> Result<MySqlBroker> {
+        MySqlOptions::from_url(url)?.connect_lazy()
     }
 
     fn build(options: MySqlOptions) -> Result<MySqlBroker> {

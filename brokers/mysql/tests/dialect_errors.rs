@@ -8,7 +8,7 @@ mod common;
 use brokertest::{within, TEST_LIMIT};
 use sqlx::{Executor, MySqlConnection};
 use taskgate::BoxError;
-use taskgate_mysql::dialect::{error_number, MySqlDialect};
+use taskgate_mysql::{error_number, MySqlDialect};
 use taskgate_sql::{DbError, Dialect, RetryClass, UniqueTarget};
 
 /// The error the server returns for `SIGNAL SQLSTATE '<state>' SET MYSQL_ERRNO = <n>`: run at

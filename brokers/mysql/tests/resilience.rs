@@ -97,7 +97,9 @@ async fn eight_concurrent_cold_starts_all_succeed() -> Result<(), BoxError> {
         .await?;
         assert_eq!(versions, [1, 2, 3], "each migration recorded once");
         let free: i64 = sqlx::query_scalar("SELECT IS_FREE_LOCK(?)")
-            .bind(taskgate_mysql::dialect::lock_name(&format!("{}schema", storage.prefix())))
+            // The DDL lock's name: `taskgate:<key>` for keys this short (the dialect's unit
+            // tests cover the hashed form of long keys).
+            .bind(format!("taskgate:{}schema", storage.prefix()))
             .fetch_one(&mut admin)
             .await?;
         assert_eq!(free, 1, "the schema lock was released");

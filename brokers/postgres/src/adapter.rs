@@ -6,18 +6,17 @@
 //! server is reported at once with the driver's cause ("Connection refused", a failed name
 //! lookup), not after the pool's 30 s of retrying as "pool timed out".
 //!
-//! # Why the wake statement is deferred
+//! # Why the wake-up is sent after commit
 //!
-//! The engine runs the dialect's wake statement (`SELECT pg_notify(…)`) inside every write
-//! transaction that made work claimable. PostgreSQL serialises the commits of all notifying
-//! transactions in the cluster under one lock held across the WAL flush, which defeats group
-//! commit: on this machine 16 sessions doing `UPDATE` + `COMMIT` reach 4.5k tps, with a
-//! `pg_notify` in the same transaction 1.75k. So this adapter recognises that statement,
-//! skips it, and after a successful commit asks the [`Notifier`](crate::notifier::Notifier) to
-//! send one coalesced notification (at most one in flight per handle). Other processes still
+//! The engine tells [`WriteTx::commit`] whether the transaction made work claimable.
+//! A `pg_notify` inside that transaction would be the obvious place, but PostgreSQL serialises
+//! the commits of all notifying transactions in the cluster under one lock held across the
+//! WAL flush, which defeats group commit: on this machine 16 sessions doing `UPDATE` +
+//! `COMMIT` reach 4.5k tps, with a `pg_notify` in the same transaction 1.75k. So after a
+//! successful commit that woke work this adapter asks the
+//! [`Notifier`](crate::notifier::Notifier) to send one coalesced notification (at most one in
+//! flight per handle). Other processes still
 //! hear about every commit after it happened; in-process waiters are woken by the engine.
-
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool};
@@ -38,7 +37,6 @@ pub(crate) struct PgAdapter {
     /// The listener's own one-connection pool; closing it ends the listener task.
     pub(crate) listen_pool: PgPool,
     pub(crate) connect: PgConnectOptions,
-    pub(crate) wake_sql: Arc<str>,
     pub(crate) notifier: Notifier,
     /// How many times a first statement is retried on a fresh connection when the pooled one
     /// turned out to be dead (every idle connection may have been terminated at once).
@@ -91,12 +89,7 @@ async fn begin_detached(pool: &PgPool) -> DbResult<Transaction<'static, Postgres
 impl Adapter for PgAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
         let tx = self.begin_tx().await?;
-        Ok(Box::new(PgWriteTx {
-            tx,
-            wake_sql: self.wake_sql.clone(),
-            notifier: self.notifier.clone(),
-            wake: false,
-        }))
+        Ok(Box::new(PgWriteTx { tx, notifier: self.notifier.clone() }))
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
@@ -131,19 +124,12 @@ impl Adapter for PgAdapter {
 /// One write transaction.
 struct PgWriteTx {
     tx: Transaction<'static, Postgres>,
-    wake_sql: Arc<str>,
     notifier: Notifier,
-    wake: bool,
 }
 
 #[async_trait]
 impl SqlConn for PgWriteTx {
     async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        if args.is_empty() && sql == &*self.wake_sql {
-            // Deferred to after commit (module docs).
-            self.wake = true;
-            return Ok(0);
-        }
         execute(&mut self.tx, sql, args, true).await
     }
 
@@ -154,10 +140,10 @@ impl SqlConn for PgWriteTx {
 
 #[async_trait]
 impl WriteTx for PgWriteTx {
-    async fn commit(self: Box<Self>) -> DbResult<()> {
-        let PgWriteTx { tx, notifier, wake, .. } = *self;
+    async fn commit(self: Box<Self>, woke: bool) -> DbResult<()> {
+        let PgWriteTx { tx, notifier } = *self;
         tx.commit().await?;
-        if wake {
+        if woke {
             notifier.poke();
         }
         Ok(())

@@ -1,6 +1,6 @@
 //! [`PgDialect`]: what PostgreSQL says differently — `$n` placeholders, the server's clock in
 //! floored milliseconds, `FOR UPDATE [SKIP LOCKED]`, two-statement claims, the quota upsert
-//! with `RETURNING`, the in-transaction wake statement, the advisory DDL lock, and error
+//! with `RETURNING`, the wake channel's name, the advisory DDL lock, and error
 //! classification by SQLSTATE on sqlx's structured error (never by message text).
 
 use taskgate_sql::{
@@ -9,11 +9,11 @@ use taskgate_sql::{
 };
 
 /// SQLSTATE `unique_violation`.
-pub const UNIQUE_VIOLATION: &str = "23505";
+pub(crate) const UNIQUE_VIOLATION: &str = "23505";
 /// SQLSTATE `deadlock_detected`.
-pub const DEADLOCK_DETECTED: &str = "40P01";
+pub(crate) const DEADLOCK_DETECTED: &str = "40P01";
 /// SQLSTATE `serialization_failure`.
-pub const SERIALIZATION_FAILURE: &str = "40001";
+pub(crate) const SERIALIZATION_FAILURE: &str = "40001";
 
 /// The server's clock in unix milliseconds, floored. `clock_timestamp()` (not `now()`, the
 /// transaction's start) so a transaction that waited for a row lock judges leases by the time
@@ -35,13 +35,6 @@ impl PgDialect {
         PgDialect { tag: tag.into() }
     }
 
-    /// The wake statement of [`Dialect::wake_sql`] for `prefix`.
-    pub fn wake_sql_text(&self, prefix: &str) -> String {
-        // The prefix is validated (`^[a-z][a-z0-9_]{0,29}$`) and the tag is generated, so
-        // neither can close the literal.
-        format!("SELECT pg_notify('{}', '{}')", wake_channel(prefix), self.tag)
-    }
-
     /// The payload of this handle's wake-up notifications.
     pub fn tag(&self) -> &str {
         &self.tag
@@ -49,13 +42,13 @@ impl PgDialect {
 }
 
 /// The LISTEN/NOTIFY channel of a table prefix.
-pub fn wake_channel(prefix: &str) -> String {
+pub(crate) fn wake_channel(prefix: &str) -> String {
     format!("{prefix}wake")
 }
 
 /// The advisory-lock key of `key`: FNV-1a-64 of `"taskgate:" + key`, as a signed BIGINT
 /// (contract §11.2).
-pub fn advisory_key(key: &str) -> i64 {
+pub(crate) fn advisory_key(key: &str) -> i64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let hash = "taskgate:"
@@ -68,7 +61,7 @@ pub fn advisory_key(key: &str) -> i64 {
 /// True when `error` means the connection is gone: an I/O error, a `08…` connection
 /// exception, `57P01` admin shutdown (`pg_terminate_backend`), `57P02` crash shutdown or
 /// `57P03` cannot connect now.
-pub fn is_connection_lost(error: &DbError) -> bool {
+pub(crate) fn is_connection_lost(error: &DbError) -> bool {
     match error {
         DbError::Io(_) => true,
         DbError::Database(db) => match db.code() {
@@ -141,10 +134,6 @@ impl Dialect for PgDialect {
 
     fn quota_shape(&self, table: &str) -> QuotaShape {
         QuotaShape::UpsertReturning { sql: quota_sql(table) }
-    }
-
-    fn wake_sql(&self, prefix: &str) -> Option<String> {
-        Some(self.wake_sql_text(prefix))
     }
 
     fn ddl_lock(&self, key: &str) -> Option<DdlLock> {
@@ -271,9 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn the_wake_statement_names_the_prefix_channel_and_the_handle() {
-        let d = PgDialect::new("abc123");
-        assert_eq!(d.wake_sql("acme_").as_deref(), Some("SELECT pg_notify('acme_wake', 'abc123')"));
+    fn the_wake_channel_is_named_after_the_prefix() {
         assert_eq!(wake_channel("acme_"), "acme_wake");
     }
 }

@@ -54,17 +54,14 @@ use sqlx::Postgres;
 use taskgate::{Capabilities, Error, Result, Status, Task};
 use taskgate_sql::{EngineConfig, SqlBroker};
 
-pub use dialect::{
-    advisory_key, is_connection_lost, sqlstate, wake_channel, PgDialect, DEADLOCK_DETECTED,
-    SERIALIZATION_FAILURE, UNIQUE_VIOLATION,
-};
+pub use dialect::{sqlstate, PgDialect};
 pub use migrations::MIGRATIONS;
 pub use options::{
-    redact, PgOptions, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
-    DEFAULT_PREFIX,
+    PgOptions, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_PREFIX,
 };
 
 use adapter::PgAdapter;
+use dialect::wake_channel;
 use notifier::Notifier;
 
 /// What a PostgreSQL broker declares ([`Broker::capabilities`](taskgate::Broker::capabilities)):
@@ -104,14 +101,22 @@ taskgate_sql::delegate_broker!(PgBroker, inner);
 
 impl PgBroker {
     /// A broker on `url` with the default options (prefix `taskgate_`, 10 connections,
-    /// 200 ms poll). Does no I/O; `init` connects and migrates.
+    /// 200 ms poll), after checking that the server answers: an unreachable server fails at
+    /// once with the driver's cause. `init` then migrates.
     pub async fn connect(url: &str) -> Result<PgBroker> {
         PgOptions::from_url(url)?.connect().await
     }
 
-    /// A broker with `options`, checked before anything else (a bad prefix is
-    /// `InvalidInput { field: "prefix" }` and no SQL is ever built with it).
-    pub async fn connect_with(options: PgOptions) -> Result<PgBroker> {
+    /// A broker on `url` with the default options, without touching the server: the pools
+    /// connect on first use, and `init` fails if the server cannot be reached. Must be called
+    /// inside a Tokio runtime (the wake-up listener is spawned here).
+    pub fn connect_lazy(url: &str) -> Result<PgBroker> {
+        PgOptions::from_url(url)?.connect_lazy()
+    }
+
+    /// Builds the broker from `options`, checked before anything else (a bad prefix is
+    /// `InvalidInput { field: "prefix" }` and no SQL is ever built with it). No I/O.
+    fn build(options: PgOptions) -> Result<PgBroker> {
         options.check()?;
         let tag = handle_tag();
         let app = options.application_name.clone().unwrap_or_else(|| format!("taskgate:{tag}"));
@@ -133,7 +138,6 @@ impl PgBroker {
             pool: pool.clone(),
             listen_pool: listen_pool.clone(),
             connect: connect.clone().application_name(&format!("{app}:migrate")),
-            wake_sql: dialect.wake_sql_text(&options.prefix).into(),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),
             reconnect_attempts: options.pool_size.saturating_add(2),
             gate: taskgate_sql::ConnectGate::new(options.acquire_timeout),
@@ -228,8 +232,8 @@ mod tests {
 
     #[tokio::test]
     async fn declares_everything() -> taskgate::Result<()> {
-        // Building a broker does no I/O: no server is needed to read what it declares.
-        let broker = PgBroker::connect("postgres://nobody@127.0.0.1:9/none").await?;
+        // A lazy broker does no I/O: no server is needed to read what it declares.
+        let broker = PgBroker::connect_lazy("postgres://nobody@127.0.0.1:9/none")?;
         assert_eq!(broker.capabilities(), CAPABILITIES);
         let c = CAPABILITIES;
         assert!(c.quota && c.transactional_enqueue && c.cross_process_wakeups);

@@ -130,15 +130,29 @@ impl PgOptions {
         Ok(())
     }
 
-    /// Builds the broker: pools are created lazily, so this does no I/O; `init` connects,
-    /// migrates and fails if the server cannot be reached.
+    /// Builds the broker without touching the server: the pools connect on first use, and
+    /// `init` fails if the server cannot be reached. Fails only on bad options (a bad prefix
+    /// is `InvalidInput { field: "prefix" }`). Must be called inside a Tokio runtime.
+    pub fn connect_lazy(self) -> Result<crate::PgBroker> {
+        crate::PgBroker::build(self)
+    }
+
+    /// Builds the broker and checks that the server answers: an unreachable server fails at
+    /// once with the driver's cause (`Connection refused`, a failed name lookup).
     pub async fn connect(self) -> Result<crate::PgBroker> {
-        crate::PgBroker::connect_with(self).await
+        let broker = self.connect_lazy()?;
+        broker
+            .engine()
+            .adapter()
+            .read("SELECT 1", &[], &[taskgate_sql::Kind::Int])
+            .await
+            .map_err(|e| taskgate::Error::backend("postgres", e))?;
+        Ok(broker)
     }
 }
 
 /// `url` with its password replaced by `***`, for error messages.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
     let Some((userinfo, host)) = rest.rsplit_once('@') else { return url.to_owned() };
     match userinfo.split_once(':') {

@@ -80,7 +80,12 @@ async fn an_unreachable_server_fails_at_once_naming_the_cause() -> Result<(), Bo
     ];
     let bound = Duration::from_secs(60);
     for (url, cause) in cases {
-        let broker = PgBroker::connect(&url).await?;
+        let connect = tokio::time::timeout(bound, PgBroker::connect(&url)).await;
+        match connect.map_err(|_| format!("connect {url} hung"))? {
+            Err(e) if e.is(ErrorKind::Backend) && e.to_string().contains(cause) => {}
+            other => return Err(format!("connect {url}: expected {cause:?}, got {other:?}").into()),
+        }
+        let broker = PgBroker::connect_lazy(&url)?;
         let init = tokio::time::timeout(bound, broker.init(BrokerOptions::default())).await;
         match init.map_err(|_| format!("init {url} hung"))? {
             Err(e) if e.is(ErrorKind::Backend) && e.to_string().contains(cause) => {}

@@ -37,8 +37,10 @@ pub trait SqlConn: Send {
 /// A write transaction opened by [`Adapter::begin`]. Dropping it without commit rolls back.
 #[async_trait]
 pub trait WriteTx: SqlConn {
-    /// Commits.
-    async fn commit(self: Box<Self>) -> DbResult<()>;
+    /// Commits. `woke` is true when the transaction made work claimable (a ready task, a
+    /// woken child, a resumed queue): an adapter that tells other processes (PostgreSQL's
+    /// `NOTIFY`) does so after the commit; the others ignore it.
+    async fn commit(self: Box<Self>, woke: bool) -> DbResult<()>;
 
     /// Rolls back.
     async fn rollback(self: Box<Self>) -> DbResult<()>;

@@ -125,7 +125,6 @@ pub(crate) struct Core {
     statement_limit: RwLock<Option<crate::StatementLimit>>,
     sql_cache: RwLock<HashMap<(usize, usize), Arc<str>>>,
     sized_cache: RwLock<HashMap<SizedKey, Arc<str>>>,
-    wake_sql: Option<String>,
     #[cfg(feature = "test-hooks")]
     pub(crate) before_commit: RwLock<Option<BeforeCommitHook>>,
 }
@@ -137,7 +136,6 @@ impl Core {
         prefix: String,
         poll_interval: Duration,
     ) -> Core {
-        let wake_sql = dialect.wake_sql(&prefix);
         Core {
             adapter,
             dialect,
@@ -152,7 +150,6 @@ impl Core {
             unresolved: crate::resolve::Unresolved::default(),
             sql_cache: RwLock::new(HashMap::new()),
             sized_cache: RwLock::new(HashMap::new()),
-            wake_sql,
             #[cfg(feature = "test-hooks")]
             before_commit: RwLock::new(None),
         }
@@ -256,11 +253,6 @@ impl Core {
             self.retries.fetch_add(1, Ordering::Relaxed);
         }
         again
-    }
-
-    /// The in-transaction wake statement, when the dialect has one.
-    pub(crate) fn wake_sql(&self) -> Option<&str> {
-        self.wake_sql.as_deref()
     }
 
     #[cfg(feature = "test-hooks")]
@@ -468,12 +460,7 @@ macro_rules! in_tx {
                     match $body.await {
                         Ok(value) => {
                             let woke = $tx.woke;
-                            let waking = if woke { core.wake_sql() } else { None };
-                            match waking {
-                                Some(sql) => $tx.exec(sql, &[]).await.map(|_| ()),
-                                None => Ok(()),
-                            }
-                            .map(|()| (value, std::mem::take(&mut $tx.snapshots), woke))
+                            Ok((value, std::mem::take(&mut $tx.snapshots), woke))
                         }
                         Err(e) => Err(e),
                     }
@@ -481,7 +468,7 @@ macro_rules! in_tx {
                 match result {
                     Ok(done) => {
                         core.run_before_commit_hook($op);
-                        match wtx.commit().await {
+                        match wtx.commit(done.2).await {
                             Ok(()) => Attempt::Done(done),
                             Err(e) if core.dialect.is_connection_lost(&e) => {
                                 Attempt::CommitUnknown(e, done)

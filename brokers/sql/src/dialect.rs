@@ -178,19 +178,13 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
 
     /// `INSERT … ` that does nothing when the row exists: SQLite/PostgreSQL
     /// `INSERT INTO t (cols) VALUES (…) ON CONFLICT (key) DO NOTHING`, MySQL
-    /// `INSERT IGNORE INTO …`. `values` is the already-written `(?, ?)` list.
+    /// `INSERT INTO t (cols) VALUES (…) ON DUPLICATE KEY UPDATE key = key` (not `INSERT IGNORE`,
+    /// which would turn other errors into warnings too). `values` is the already-written
+    /// `?, ?` list.
     fn insert_ignore(&self, table: &str, columns: &str, values: &str, key: &str) -> String;
 
     /// The quota statements for quota table `table` (contract §9.5).
     fn quota_shape(&self, table: &str) -> QuotaShape;
-
-    /// A statement run inside every write transaction that can make work claimable, so
-    /// other processes wake at commit (PostgreSQL `SELECT pg_notify('<prefix>wake', '')`).
-    /// `None`: other processes find the write by polling.
-    fn wake_sql(&self, prefix: &str) -> Option<String> {
-        let _ = prefix;
-        None
-    }
 
     /// The database-wide DDL lock for `key` (`<prefix>schema`); `None` when the migration
     /// transaction itself serialises (SQLite's `BEGIN IMMEDIATE`).

@@ -9,7 +9,7 @@
 //!   [`Session`];
 //! * a [`Dialect`] — placeholders (`?` / `$n`), server time in ms, row-lock clauses, the claim
 //!   and quota statement shapes, how ready tasks are selected and which index serves them,
-//!   table options, the in-transaction wake statement, the DDL lock, and error classification
+//!   table options, the DDL lock, and error classification
 //!   on the driver's structured error (retry class, unique violations, already-applied DDL).
 //!   Statements reach the driver exactly as the engine rendered them: an adapter never
 //!   rewrites SQL;

@@ -132,8 +132,8 @@ impl<T: SqlConn + ?Sized> SqlConn for Recorded<T> {
 
 #[async_trait]
 impl WriteTx for Recorded<dyn WriteTx> {
-    async fn commit(self: Box<Self>) -> DbResult<()> {
-        self.inner.commit().await
+    async fn commit(self: Box<Self>, woke: bool) -> DbResult<()> {
+        self.inner.commit(woke).await
     }
 
     async fn rollback(self: Box<Self>) -> DbResult<()> {

@@ -81,7 +81,7 @@ impl SqlConn for SqliteWriteTx {
 
 #[async_trait]
 impl WriteTx for SqliteWriteTx {
-    async fn commit(self: Box<Self>) -> DbResult<()> {
+    async fn commit(self: Box<Self>, _woke: bool) -> DbResult<()> {
         self.tx.commit().await
     }
 

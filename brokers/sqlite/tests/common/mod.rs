@@ -1,6 +1,10 @@
 //! Helpers shared by the SQLite backend tests: temporary files, broker handles, options.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    reason = "a shared helper module: each test binary uses a different subset"
+)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
