@@ -170,5 +170,5 @@ fn hint(e: &taskgate::Error) -> &'static str {
 
 /// `url` with its password replaced by `***`.
 pub(crate) fn redact(url: &str) -> String {
-    taskgate_postgres::redact(url)
+    taskgate::redact_url(url)
 }

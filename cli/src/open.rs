@@ -203,7 +203,8 @@ pub(crate) async fn connect(db: &Resolved) -> Result<Arc<dyn Broker>, CliError> 
                 .prefix(&db.prefix)
                 .pool_size(2)
                 .connect()
-                .await?,
+                .await
+                .map_err(unreachable)?,
         ),
         Target::MySql(url) => Arc::new(
             taskgate_mysql::MySqlOptions::from_url(url)?
@@ -284,7 +285,7 @@ async fn server_versions(db: &Resolved) -> Result<Option<Vec<i64>>, CliError> {
     let (engine, exists_sql, backend) = match &db.target {
         Target::Postgres(url) => {
             let options = taskgate_postgres::PgOptions::from_url(url)?.prefix(&db.prefix);
-            let broker = options.pool_size(1).connect().await?;
+            let broker = options.pool_size(1).connect().await.map_err(|e| unreachable_db(db, e))?;
             (broker.engine().clone(), PG_TABLE_EXISTS, "postgres")
         }
         Target::MySql(url) => {

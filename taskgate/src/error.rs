@@ -279,3 +279,27 @@ mod tests {
         }
     }
 }
+
+/// `url` with its password replaced by `***`, for error messages and logs
+/// (`postgres://u:secret@h/db` → `postgres://u:***@h/db`; text without credentials is kept).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else { return url.to_owned() };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(redact_url("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url("mysql://root:pw@h:3306/db"), "mysql://root:***@h:3306/db");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
+}

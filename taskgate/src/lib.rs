@@ -40,7 +40,7 @@ pub use broker::{
 };
 pub use capabilities::Capabilities;
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, Ticker, CONTRACT_EPOCH};
-pub use error::{BoxError, Error, ErrorKind, ExistingTask, Result};
+pub use error::{redact_url, BoxError, Error, ErrorKind, ExistingTask, Result};
 pub use options::{
     BrokerOptions, ResolvedOptions, DEFAULT_LEASE_LOST_MAX, DEFAULT_LEASE_TTL,
     DEFAULT_THROTTLED_MAX,

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
-use taskgate::{validate, Error, Result};
+use taskgate::{redact_url as redact, validate, Error, Result};
 
 /// Default table prefix.
 pub const DEFAULT_PREFIX: &str = "taskgate_";
@@ -141,36 +141,20 @@ impl PgOptions {
     /// once with the driver's cause (`Connection refused`, a failed name lookup).
     pub async fn connect(self) -> Result<crate::PgBroker> {
         let broker = self.connect_lazy()?;
-        broker
-            .engine()
-            .adapter()
-            .read("SELECT 1", &[], &[taskgate_sql::Kind::Int])
-            .await
-            .map_err(|e| taskgate::Error::backend("postgres", e))?;
+        let probe = broker.engine().adapter().read("SELECT 1", &[], &[taskgate_sql::Kind::Int]);
+        if let Err(e) = probe.await {
+            // Closed, not dropped: the listener task stops now instead of retrying its
+            // connection until the pool's acquire timeout.
+            let _ = taskgate::Broker::close(&broker).await;
+            return Err(taskgate::Error::backend("postgres", e));
+        }
         Ok(broker)
-    }
-}
-
-/// `url` with its password replaced by `***`, for error messages.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let Some((userinfo, host)) = rest.rsplit_once('@') else { return url.to_owned() };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_hidden() {
-        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact("not a url"), "not a url");
-    }
 
     #[test]
     fn bad_urls_name_the_url() {
