@@ -19,7 +19,8 @@ async fn a_version_3_database_upgrades_to_priorities() -> Result<(), taskgate::B
         let p = s.prefix().to_owned();
         let old = s.options()?.connect().await?;
         let adapter = old.engine().adapter().clone();
-        let applied = taskgate_sql::migrate(&*adapter, &PgDialect, &p, &MIGRATIONS[..3]).await?;
+        let applied =
+            taskgate_sql::migrate(&*adapter, &PgDialect::default(), &p, &MIGRATIONS[..3]).await?;
         assert_eq!(applied, [1, 2, 3], "a version-3 schema");
         old.close().await?;
         let mut admin = s.admin().await?;
