@@ -9,7 +9,7 @@
 //! ```
 //!
 //! which expands to one `#[tokio::test]` per case with the stable names `c01_round_trip` …
-//! `c47_cross_process_wakeup`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
+//! `c50_priority_range`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
 //! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
 //! same list in-process and reports per case; `taskgate check <url>` prints that report.
 //!
@@ -277,6 +277,9 @@ macro_rules! __with_cases {
             c45_ack_clears_cancel_request,
             c46_retry_budget,
             c47_cross_process_wakeup,
+            c48_priority_orders_claims,
+            c49_priority_survives_retry_and_replay,
+            c50_priority_range,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

@@ -142,6 +142,8 @@ pub struct ReplayRequest {
     pub allow_completed: bool,
     /// Payload of the new execution; `None` copies the target's.
     pub payload: Option<Vec<u8>>,
+    /// Priority of the new execution; `None` copies the target's.
+    pub priority: Option<i16>,
 }
 
 impl ReplayRequest {
@@ -164,6 +166,12 @@ impl ReplayRequest {
     /// Gives the new execution this payload.
     pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
         self.payload = Some(payload.into());
+        self
+    }
+
+    /// Gives the new execution this priority instead of the target's.
+    pub fn with_priority(mut self, priority: i16) -> Self {
+        self.priority = Some(priority);
         self
     }
 }

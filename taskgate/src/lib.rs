@@ -47,7 +47,7 @@ pub use options::{
 };
 pub use queues::QueueList;
 pub use quota::{window_start, QuotaConfig, QuotaGate, QuotaProvider, Reservation};
-pub use task::{OnParentFailure, Status, Task};
+pub use task::{OnParentFailure, Status, Task, DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY};
 pub use time::{duration_millis, Timestamp};
 pub use transition::{is_legal, transition};
 pub use validate::{Limits, StorageBound};

@@ -185,7 +185,20 @@ pub struct Task {
     pub resumes: u32,
     /// Who submitted the task; empty means unknown (§E9).
     pub owner: String,
+    /// Claim priority within the queues a claim reads: smaller runs first, claims order by
+    /// `(priority, run_at, id)`. [`DEFAULT_PRIORITY`] (0) unless set; valid values are
+    /// [`MIN_PRIORITY`]..=[`MAX_PRIORITY`] (−100 to 100), anything else is
+    /// `InvalidInput { field: "priority" }` at enqueue.
+    pub priority: i16,
 }
+
+/// The priority a task has unless its submitter sets one (the middle of the range, so work
+/// can be made both more and less urgent than the default).
+pub const DEFAULT_PRIORITY: i16 = 0;
+/// The most urgent priority a task may have.
+pub const MIN_PRIORITY: i16 = -100;
+/// The least urgent priority a task may have.
+pub const MAX_PRIORITY: i16 = 100;
 
 impl Task {
     /// A new task of `task_type` on `queue`, ready to enqueue.
@@ -242,6 +255,12 @@ impl Task {
     /// Records who submitted the task.
     pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into();
+        self
+    }
+
+    /// Sets the claim priority: smaller runs first ([`MIN_PRIORITY`]..=[`MAX_PRIORITY`]).
+    pub fn with_priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
         self
     }
 

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::task::{MAX_PRIORITY, MIN_PRIORITY};
 use crate::{AckItem, Error, QueueList, ReplayRequest, Result, Status, Step, Task};
 
 /// Longest id, type, queue, business key or owner, in Unicode scalar values.
@@ -120,7 +121,8 @@ pub fn validate_claim(queues: &dyn QueueList, max: usize) -> Result<()> {
 
 /// Checks a replay request's shape: exactly one of `execution_id` and `business_key`
 /// (`InvalidInput { field: "request" }`), that one well-formed, and the new payload within
-/// `limits`.
+/// `limits` — and a priority override, when given, within
+/// [`MIN_PRIORITY`]..=[`MAX_PRIORITY`].
 pub fn validate_replay_request(request: &ReplayRequest, limits: &Limits) -> Result<()> {
     match (request.execution_id.is_empty(), request.business_key.is_empty()) {
         (true, true) => Err(Error::invalid("request", "set execution_id or business_key")),
@@ -130,6 +132,9 @@ pub fn validate_replay_request(request: &ReplayRequest, limits: &Limits) -> Resu
         (false, true) => validate_id(&request.execution_id),
         (true, false) => validate_name("business_key", &request.business_key, false),
     }?;
+    if let Some(priority) = request.priority {
+        validate_priority(priority)?;
+    }
     validate_bytes("payload", request.payload.as_deref(), limits)
 }
 
@@ -180,6 +185,7 @@ pub fn validate_task(task: &Task, limits: &Limits) -> Result<()> {
     validate_name("queue", &task.queue, false)?;
     validate_name("business_key", &task.business_key, true)?;
     validate_name("owner", &task.owner, true)?;
+    validate_priority(task.priority)?;
     if !task.replay_of.is_empty() {
         return Err(Error::invalid("replay_of", "only replay sets replay_of"));
     }
@@ -213,6 +219,19 @@ pub fn validate_tasks(tasks: &[Task], limits: &Limits) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Checks a task's priority: [`MIN_PRIORITY`]..=[`MAX_PRIORITY`] (−100 to 100), else
+/// `InvalidInput { field: "priority" }` naming the bounds.
+pub fn validate_priority(priority: i16) -> Result<()> {
+    if (MIN_PRIORITY..=MAX_PRIORITY).contains(&priority) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "priority",
+            format!("{priority} is outside {MIN_PRIORITY}..={MAX_PRIORITY}"),
+        ))
+    }
 }
 
 fn validate_progress(progress: Option<u8>) -> Result<()> {
@@ -283,6 +302,10 @@ mod tests {
     #[case::nul_in_parent(Task::new("t", "q").with_depends_on(["a\0b"]), Some("depends_on"))]
     #[case::too_many_parents(Task::new("t", "q").with_depends_on((0..1001).map(|i| i.to_string())), Some("depends_on"))]
     #[case::replay_of(Task { replay_of: "e1".into(), ..Task::new("t", "q") }, Some("replay_of"))]
+    #[case::most_urgent(Task::new("t", "q").with_priority(-100), None)]
+    #[case::least_urgent(Task::new("t", "q").with_priority(100), None)]
+    #[case::below_range(Task::new("t", "q").with_priority(-101), Some("priority"))]
+    #[case::above_range(Task::new("t", "q").with_priority(i16::MAX), Some("priority"))]
     fn task_limits(#[case] task: Task, #[case] field: Option<&'static str>) {
         assert_eq!(field_of(validate_task(&task, &Limits::default())), field);
     }
@@ -359,6 +382,8 @@ mod tests {
     #[case::both(ReplayRequest { business_key: "k".into(), ..ReplayRequest::by_id("e1") }, Some("request"))]
     #[case::bad_id(ReplayRequest::by_id("x".repeat(256)), Some("id"))]
     #[case::bad_key(ReplayRequest::by_key("k\n"), Some("business_key"))]
+    #[case::priority(ReplayRequest::by_id("e1").with_priority(-100), None)]
+    #[case::bad_priority(ReplayRequest::by_id("e1").with_priority(101), Some("priority"))]
     #[case::payload(ReplayRequest::by_id("e1").with_payload(vec![0u8; 5]), Some("payload"))]
     fn replay_requests(#[case] request: ReplayRequest, #[case] field: Option<&'static str>) {
         let limits = Limits::new(4);

@@ -74,7 +74,7 @@ impl Client {
         self.submit_with(job, SubmitOptions::new()).await
     }
 
-    /// Submits `job` with options (key, delay, retries, parents, owner).
+    /// Submits `job` with options (key, delay, retries, parents, owner, priority).
     pub async fn submit_with<J: Job>(&self, job: J, options: SubmitOptions) -> Result<JobId<J>> {
         let task = self.typed_task(&job, options)?;
         let stored = self.inner.broker.enqueue(&task).await?;
@@ -131,7 +131,8 @@ impl Client {
             .with_max_retry(o.max_retry.unwrap_or(max_retry))
             .with_depends_on(o.depends_on)
             .with_on_parent_failure(policy)
-            .with_owner(o.owner);
+            .with_owner(o.owner)
+            .with_priority(o.priority.unwrap_or(taskgate::DEFAULT_PRIORITY));
         task.payload = payload;
         Ok(task)
     }

@@ -108,7 +108,7 @@ impl<J> From<JobId<J>> for String {
     }
 }
 
-/// How one submission is stored: idempotency key, delay, retries, parents, owner.
+/// How one submission is stored: idempotency key, delay, retries, parents, owner, priority.
 ///
 /// ```
 /// use std::time::Duration;
@@ -119,7 +119,8 @@ impl<J> From<JobId<J>> for String {
 ///     .delay(Duration::from_secs(30))
 ///     .max_retry(5)
 ///     .depends_on("01J0PARENT0000000000000000")
-///     .owner("billing");
+///     .owner("billing")
+///     .priority(-10);
 /// assert_eq!(opts.parents(), ["01J0PARENT0000000000000000"]);
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -131,6 +132,7 @@ pub struct SubmitOptions {
     pub(crate) depends_on: Vec<String>,
     pub(crate) ignore_parent_failure: bool,
     pub(crate) owner: String,
+    pub(crate) priority: Option<i16>,
 }
 
 impl SubmitOptions {
@@ -180,6 +182,14 @@ impl SubmitOptions {
     /// Records who submitted it (filterable in `list`).
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into();
+        self
+    }
+
+    /// Claim priority: smaller runs first within the queues a worker claims from
+    /// (`taskgate::MIN_PRIORITY`..=`taskgate::MAX_PRIORITY`, −100 to 100; default 0). Out of
+    /// range is `InvalidInput { field: "priority" }` at submit.
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = Some(priority);
         self
     }
 

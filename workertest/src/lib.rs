@@ -89,6 +89,7 @@ macro_rules! __with_scenarios {
             w41_shutdown_idempotent,
             w42_config_errors,
             w43_rejected_writes_fail,
+            w44_priority_orders_runs,
         }
     };
 }

@@ -1,6 +1,7 @@
-//! Claiming (contract §3.4 "Dequeue", §E8): pick ready tasks from the per-queue
-//! `(run_at, id)` indexes — O(log n) per claim, paused queues skipped — and compute how long
-//! a waiting claimer sleeps until the next delayed task is due.
+//! Claiming (contract §3.4 "Dequeue", §E8): pick ready tasks from the per-queue,
+//! per-priority `(run_at, id)` indexes — O(levels × log n) per claim, paused queues skipped —
+//! in `(priority, run_at, id)` order across the listed queues, and compute how long a waiting
+//! claimer sleeps until the next delayed task is due.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,11 +11,11 @@ use taskgate::{id, Result, Status, Task, Timestamp};
 use crate::txn::Txn;
 
 impl Txn<'_> {
-    /// Claims up to `max` ready tasks from `queues` in global `(run_at, id)` order.
+    /// Claims up to `max` ready tasks from `queues` in global `(priority, run_at, id)` order.
     pub(crate) fn claim(&mut self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
         let mut claimed = Vec::with_capacity(max.min(self.claimable_len(queues)));
         while claimed.len() < max {
-            let Some((run_at, key)) = self.next_ready(queues) else { break };
+            let Some((_, run_at, key)) = self.next_ready(queues) else { break };
             claimed.push(self.claim_one(&key, Timestamp::from_millis(run_at))?);
         }
         Ok(claimed)
@@ -23,22 +24,29 @@ impl Txn<'_> {
     /// How many tasks of `queues` are pending or retrying (an upper bound for one claim).
     fn claimable_len(&self, queues: &[&str]) -> usize {
         let sets = queues.iter().filter_map(|q| self.state.index.claimable.get(*q));
-        sets.map(|set| set.len()).sum()
+        sets.map(|ready| ready.len).sum()
     }
 
-    /// The first claim key due by now among the unpaused `queues`.
-    fn next_ready(&self, queues: &[&str]) -> Option<(i64, Arc<str>)> {
+    /// The first claim key `(priority, run_at, id)` due by now among the unpaused `queues`.
+    /// Within a level the head is the earliest, so a level whose head is not due has nothing
+    /// due.
+    fn next_ready(&self, queues: &[&str]) -> Option<(i16, i64, Arc<str>)> {
         let now = self.now.as_millis();
-        self.heads(queues).filter(|(run_at, _)| *run_at <= now).min().cloned()
+        let due = self.heads(queues).filter(|(_, (run_at, _))| *run_at <= now);
+        due.min().map(|(p, (run_at, key))| (p, *run_at, key.clone()))
     }
 
-    /// The first claim key of each unpaused queue.
-    fn heads<'s>(&'s self, queues: &'s [&str]) -> impl Iterator<Item = &'s (i64, Arc<str>)> + 's {
+    /// The first claim key of each priority level of each unpaused queue.
+    fn heads<'s>(
+        &'s self,
+        queues: &'s [&str],
+    ) -> impl Iterator<Item = (i16, &'s (i64, Arc<str>))> + 's {
         let state = &*self.state;
         queues
             .iter()
             .filter(|q| !state.paused.contains(**q))
-            .filter_map(|q| state.index.claimable.get(*q)?.first())
+            .filter_map(|q| state.index.claimable.get(*q))
+            .flat_map(|ready| ready.heads())
     }
 
     /// Moves one ready task to `running` under a fresh lease and returns its snapshot.
@@ -57,7 +65,7 @@ impl Txn<'_> {
     /// Time until the earliest delayed task of the unpaused `queues` is due, if any.
     pub(crate) fn next_due(&self, queues: &[&str]) -> Option<Duration> {
         let now = self.now.as_millis();
-        let due = self.heads(queues).map(|(run_at, _)| *run_at).filter(|r| *r > now).min()?;
+        let due = self.heads(queues).map(|(_, (run_at, _))| *run_at).filter(|r| *r > now).min()?;
         Some(Timestamp::from_millis(due).duration_since(self.now))
     }
 }

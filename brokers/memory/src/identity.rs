@@ -109,6 +109,7 @@ fn replay_of(target: &Task, request: &ReplayRequest, now: taskgate::Timestamp) -
         max_retry: target.max_retry,
         on_parent_failure: target.on_parent_failure,
         owner: target.owner.clone(),
+        priority: request.priority.unwrap_or(target.priority),
         run_at: now,
         created_at: now,
         ..Task::default()

@@ -35,7 +35,7 @@ impl State {
 
     /// Pending and retrying tasks of `queue`, delayed ones included.
     pub(crate) fn queue_len(&self, queue: &str) -> u64 {
-        let len = self.index.claimable.get(queue).map_or(0, |set| set.len());
+        let len = self.index.claimable.get(queue).map_or(0, |ready| ready.len);
         u64::try_from(len).unwrap_or(u64::MAX)
     }
 

@@ -50,15 +50,63 @@ impl Entry {
     }
 }
 
-/// Claim keys of one queue: `(run_at ms, id)` of its pending and retrying tasks.
+/// Claim keys of one priority level of one queue: `(run_at ms, id)` of its pending and
+/// retrying tasks.
 pub(crate) type ClaimSet = BTreeSet<(i64, Arc<str>)>;
+
+/// The claimable tasks of one queue: one [`ClaimSet`] per priority level that has any, so a
+/// claim reads the head of each level (the most urgent due head wins) — O(levels × log n),
+/// never past tasks that are not due yet.
+#[derive(Debug, Default)]
+pub(crate) struct ReadyQueue {
+    /// Priority → that level's claim keys; empty levels are removed.
+    pub(crate) levels: BTreeMap<i16, ClaimSet>,
+    /// Tasks in all levels.
+    pub(crate) len: usize,
+}
+
+impl ReadyQueue {
+    /// The first claim key of each level, most urgent level first.
+    pub(crate) fn heads(&self) -> impl Iterator<Item = (i16, &(i64, Arc<str>))> + '_ {
+        self.levels.iter().filter_map(|(p, set)| Some((*p, set.first()?)))
+    }
+
+    /// True when `(priority, run_at, key)` is indexed.
+    #[cfg(test)]
+    pub(crate) fn contains(&self, priority: i16, run_at: i64, key: &Arc<str>) -> bool {
+        self.levels.get(&priority).is_some_and(|set| set.contains(&(run_at, key.clone())))
+    }
+
+    fn insert(&mut self, priority: i16, claim: (i64, Arc<str>)) {
+        if self.levels.entry(priority).or_default().insert(claim) {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, priority: i16, run_at: i64, key: &Arc<str>) {
+        let Some(set) = self.levels.get_mut(&priority) else { return };
+        // A claim takes the head: pop it without searching (or comparing text: the head's key
+        // is this entry's own `Arc`).
+        let removed = if set.first().is_some_and(|(r, k)| *r == run_at && Arc::ptr_eq(k, key)) {
+            set.pop_first().is_some()
+        } else {
+            set.remove(&(run_at, key.clone()))
+        };
+        if removed {
+            self.len -= 1;
+        }
+        if set.is_empty() {
+            self.levels.remove(&priority);
+        }
+    }
+}
 
 /// The secondary indexes. Only [`Index::add`] and [`Index::remove`] touch them, always around
 /// a status or `run_at` change (`txn::shift`, the one place that moves a task).
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    /// Per queue, its claimable (pending/retrying) tasks ordered by `(run_at, id)`.
-    pub(crate) claimable: HashMap<String, ClaimSet, IdBuild>,
+    /// Per queue, its claimable (pending/retrying) tasks ordered by `(priority, run_at, id)`.
+    pub(crate) claimable: HashMap<String, ReadyQueue, IdBuild>,
     /// Running tasks (the reaper's candidates; it sorts the expired ones by ID).
     pub(crate) running: PtrSet,
     /// Blocked tasks by ID (defensive repair's candidates).
@@ -72,11 +120,11 @@ impl Index {
             Status::Pending | Status::Retrying => {
                 let claim = (task.run_at.as_millis(), key.clone());
                 match self.claimable.get_mut(task.queue.as_str()) {
-                    Some(set) => {
-                        set.insert(claim);
-                    }
+                    Some(ready) => ready.insert(task.priority, claim),
                     None => {
-                        self.claimable.insert(task.queue.clone(), BTreeSet::from([claim]));
+                        let mut ready = ReadyQueue::default();
+                        ready.insert(task.priority, claim);
+                        self.claimable.insert(task.queue.clone(), ready);
                     }
                 }
                 true
@@ -97,15 +145,8 @@ impl Index {
     pub(crate) fn remove(&mut self, key: &Arc<str>, task: &Task) {
         match task.status {
             Status::Pending | Status::Retrying => {
-                if let Some(set) = self.claimable.get_mut(task.queue.as_str()) {
-                    let run_at = task.run_at.as_millis();
-                    // A claim takes the head: pop it without searching (or comparing text:
-                    // the head's key is this entry's own `Arc`).
-                    if set.first().is_some_and(|(r, k)| *r == run_at && Arc::ptr_eq(k, key)) {
-                        set.pop_first();
-                    } else {
-                        set.remove(&(run_at, key.clone()));
-                    }
+                if let Some(ready) = self.claimable.get_mut(task.queue.as_str()) {
+                    ready.remove(task.priority, task.run_at.as_millis(), key);
                 }
             }
             Status::Running => {

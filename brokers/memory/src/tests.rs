@@ -44,7 +44,7 @@ impl State {
                 Status::Pending | Status::Retrying => {
                     claimable += 1;
                     let set = self.index.claimable.get(&t.queue);
-                    set.is_some_and(|s| s.contains(&(t.run_at.as_millis(), key.clone())))
+                    set.is_some_and(|s| s.contains(t.priority, t.run_at.as_millis(), key))
                 }
                 Status::Running => self.index.running.contains(&ByPtr(key.clone())),
                 Status::Blocked => self.index.blocked.contains(key),
@@ -60,7 +60,16 @@ impl State {
     /// No index holds more than the tasks that belong in it.
     fn check_sizes(&self, claimable: usize) -> Result<(), String> {
         let count = |s: Status| self.tasks.values().filter(|e| e.task.status == s).count();
-        let in_sets: usize = self.index.claimable.values().map(|s| s.len()).sum();
+        let in_sets: usize = self.index.claimable.values().map(|s| s.len).sum();
+        let in_levels: usize =
+            self.index.claimable.values().flat_map(|s| s.levels.values()).map(|l| l.len()).sum();
+        if in_levels != in_sets
+            || self.index.claimable.values().any(|s| s.levels.values().any(|l| l.is_empty()))
+        {
+            return Err(format!(
+                "level sizes {in_levels} disagree with counts {in_sets}, or an empty level is kept"
+            ));
+        }
         let sizes =
             (in_sets, self.index.running.len(), self.index.blocked.len(), self.created.len());
         let want = (claimable, count(Status::Running), count(Status::Blocked), self.tasks.len());
@@ -71,7 +80,7 @@ impl State {
         }
     }
 
-    /// The claim a brute-force scan picks: smallest `(run_at, id)` ready in `queues`.
+    /// The claim a brute-force scan picks: smallest `(priority, run_at, id)` ready in `queues`.
     fn scan_next(&self, queues: &[&str], now: Timestamp) -> Option<String> {
         let ready = self.tasks.values().map(|e| &e.task).filter(|t| {
             t.status.is_claimable()
@@ -79,7 +88,7 @@ impl State {
                 && !self.paused.contains(&t.queue)
                 && t.run_at <= now
         });
-        ready.map(|t| (t.run_at, t.id.clone())).min().map(|(_, id)| id)
+        ready.map(|t| (t.priority, t.run_at, t.id.clone())).min().map(|(_, _, id)| id)
     }
 }
 
@@ -142,6 +151,7 @@ impl World {
         if self.rng.below(3) == 0 {
             task.run_at = self.clock.now_ms().saturating_add(Duration::from_secs(5));
         }
+        task.priority = [0, -1, 5][self.rng.below(3)];
         for _ in 0..self.rng.below(3) {
             if !self.ids.is_empty() {
                 let parent = self.pick();

@@ -161,6 +161,12 @@ impl Dialect for MySqlDialect {
         format!(" FORCE INDEX ({prefix}idx_ready)")
     }
 
+    fn claim_index_hint(&self, prefix: &str) -> String {
+        // The claim's order, `(priority, run_at, id)`, is `idx_ready_prio` (migration 0004);
+        // forced for the same reason as `idx_ready`.
+        format!(" FORCE INDEX ({prefix}idx_ready_prio)")
+    }
+
     fn table_options(&self) -> &'static str {
         // The runner's own table (`schema_migrations`, no names compared): utf8mb4 in InnoDB,
         // as migrations 0001–0002 created every table (0003 moves the name columns to NO PAD).

@@ -20,6 +20,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "names_by_bytes",
         sql: include_str!("../../../migrations/mysql/0003_names_by_bytes.sql"),
     },
+    Migration {
+        version: 4,
+        name: "priority",
+        sql: include_str!("../../../migrations/mysql/0004_priority.sql"),
+    },
 ];
 
 #[cfg(test)]

@@ -208,7 +208,7 @@ async fn a_version_2_database_upgrades_to_names_by_bytes() -> Result<(), BoxErro
         sqlx::query_scalar(&format!("SELECT version FROM {p}schema_migrations ORDER BY version"))
             .fetch_all(&mut admin)
             .await?;
-    assert_eq!(versions, [1, 2, 3], "init applied 0003 only");
+    assert_eq!(versions, [1, 2, 3, 4], "init applied 0003 and 0004 only");
     let new_collations = collations(&mut admin, &p).await?;
     for (column, collation) in &new_collations {
         let is_name =
@@ -229,7 +229,17 @@ async fn a_version_2_database_upgrades_to_names_by_bytes() -> Result<(), BoxErro
     .await?;
     assert_eq!(defaults.len(), 4, "{defaults:?}");
     assert!(defaults.iter().all(|(_, c)| c == nopad), "table defaults: {defaults:?}");
-    assert_eq!(indexes_text(&mut admin, &p).await?, old_indexes, "keys and indexes unchanged");
+    // 0004 adds the claim index; every other key and index is unchanged.
+    let with_prio = format!(
+        "{old_indexes}{{prefix}}tasks INDEX {{prefix}}idx_ready_prio (ready_queue, priority, run_at, id)\n"
+    );
+    let mut want: Vec<&str> = with_prio.lines().collect();
+    want.sort_unstable();
+    let now_text = indexes_text(&mut admin, &p).await?;
+    let mut got: Vec<&str> = now_text.lines().collect();
+    got.sort_unstable();
+    assert_eq!(got, want, "keys and indexes after 0003 and 0004");
+    assert_eq!(broker.get("a").await?.priority, 0, "an old row gets priority 0");
     let head: Option<Vec<u8>> = sqlx::query_scalar(&chain_head).fetch_one(&mut admin).await?;
     assert_eq!(head.as_deref(), Some(&b" "[..]), "the chain head column was recomputed");
     let session: String =
@@ -315,7 +325,9 @@ async fn rows_touched(
 /// The indexes a hot statement may use on the tasks and edges tables.
 fn allowed(name: &str, prefix: &str) -> Vec<String> {
     let keys: &[&str] = match name {
-        "next_due" | "claim" => &["idx_ready"],
+        "next_due" => &["idx_ready"],
+        // The claim's order is (priority, run_at, id): migration 0004's index.
+        "claim" => &["idx_ready_prio"],
         "ack_lock" | "ack_write" => &["PRIMARY", "idx_deps_parent"],
         "reap" | "repair" => &["idx_status"],
         "children" => &["idx_deps_parent"],

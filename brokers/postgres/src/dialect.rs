@@ -223,15 +223,23 @@ mod tests {
             .map(|m| m.sql.replace("{prefix}", "acme_"))
             .collect::<Vec<_>>()
             .join("\n");
-        for needle in
-            ["CREATE TABLE acme_tasks", "BYTEA", "BIGINT", "acme_idx_claim", "COLLATE \"C\""]
-        {
+        for needle in [
+            "CREATE TABLE acme_tasks",
+            "BYTEA",
+            "BIGINT",
+            "acme_idx_claim",
+            "acme_idx_ready_prio",
+            "COLLATE \"C\"",
+        ] {
             assert!(ddl.contains(needle), "DDL lacks {needle}");
         }
         assert!(!ddl.contains("{prefix}"));
         let versions: Vec<(i64, &str)> =
             crate::MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
-        assert_eq!(versions, vec![(1, "initial"), (2, "steps_pause_owner"), (3, "names_by_bytes")]);
+        assert_eq!(
+            versions,
+            vec![(1, "initial"), (2, "steps_pause_owner"), (3, "names_by_bytes"), (4, "priority")]
+        );
     }
 
     #[test]

@@ -20,4 +20,9 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "names_by_bytes",
         sql: include_str!("../../../migrations/postgres/0003_names_by_bytes.sql"),
     },
+    Migration {
+        version: 4,
+        name: "priority",
+        sql: include_str!("../../../migrations/postgres/0004_priority.sql"),
+    },
 ];

@@ -17,7 +17,9 @@ const FINISHED: i64 = 30_000;
 
 /// The hot statement classes, how to recognise them, and the indexes they may use.
 const CLASSES: &[(&str, &str, &[&str])] = &[
-    ("claim", "ORDER BY run_at, id LIMIT", &["idx_claim"]),
+    // The claim's order (priority, run_at, id) is migration 0004's index, read in order (no
+    // Sort node: checked below).
+    ("claim", "ORDER BY priority, run_at, id LIMIT", &["idx_ready_prio"]),
     ("next-due probe", "SELECT MIN(m)", &["idx_claim"]),
     // One `UPDATE … RETURNING` (the dialect has it): by primary key, or through the running
     // tasks when they are few.
@@ -131,6 +133,14 @@ async fn hot_statements_use_indexes_that_skip_finished_rows() -> Result<(), task
                         allowed.iter().any(|i| text.contains(&format!("{}{i}", s.prefix()))),
                         "{name} ({kind}) uses none of {allowed:?}:\n{sql}\n{text}"
                     );
+                    // One queue: the index range is already in claim order. Several
+                    // (`queue IN (…)`) merge their ranges with a sort, as before priorities.
+                    if *name == "claim" && !sql.contains("queue IN (") {
+                        assert!(
+                            !text.contains("Sort"),
+                            "{name} ({kind}) sorts instead of reading the index in order:\n{text}"
+                        );
+                    }
                 }
             }
         }

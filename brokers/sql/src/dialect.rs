@@ -166,6 +166,14 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
         String::new()
     }
 
+    /// Written right after the tasks table's name in a claim's candidate read, which orders
+    /// by `(priority, run_at, id)` (migration 0004's claim index), e.g. MySQL
+    /// ` FORCE INDEX (<prefix>idx_ready_prio)`. Default empty.
+    fn claim_index_hint(&self, prefix: &str) -> String {
+        let _ = prefix;
+        String::new()
+    }
+
     /// Options appended to the `CREATE TABLE` of the migration runner's own table
     /// (`<prefix>schema_migrations`), e.g. MySQL's engine and collation. Default empty.
     fn table_options(&self) -> &'static str {

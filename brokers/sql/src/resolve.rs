@@ -23,7 +23,7 @@ const MAX_ACKS: usize = 65_536;
 
 /// True when `stored` (read back now) is the task an attempt wrote as `written`: the fields
 /// an enqueue sets and nothing later changes — ID, type, queue, payload, business key,
-/// owner, parents, parent-failure policy, retry budget and creation time. Status, lease,
+/// owner, parents, parent-failure policy, retry budget, priority and creation time. Status, lease,
 /// counters, result and step fields move on after the enqueue and are not compared.
 pub(crate) fn same_submission(stored: &Task, written: &Task) -> bool {
     stored.id == written.id
@@ -35,6 +35,7 @@ pub(crate) fn same_submission(stored: &Task, written: &Task) -> bool {
         && stored.depends_on == written.depends_on
         && stored.on_parent_failure == written.on_parent_failure
         && stored.max_retry == written.max_retry
+        && stored.priority == written.priority
         && stored.created_at == written.created_at
 }
 

@@ -7,14 +7,14 @@ use crate::value::{Cols, DecodeError};
 use crate::{Kind, Value};
 
 /// Every column of `<prefix>tasks`, in the order statements select and insert them
-/// (contract §11.1 order, then the 0002 extension columns).
+/// (contract §11.1 order, then the 0002 extension columns, then 0004's `priority`).
 pub const TASK_COLUMNS: &str = "id, type, queue, payload, status, result, last_error, attempts, \
 max_retry, lease_lost, throttled, run_at, depends_on, on_parent_fail, pending_parents, \
 lease_token, lease_until, cancel_requested, created_at, started_at, finished_at, business_key, \
-replay_of, step_cursor, progress, message, steps, resumes, owner";
+replay_of, step_cursor, progress, message, steps, resumes, owner, priority";
 
 /// The kinds of [`TASK_COLUMNS`], in order.
-pub const TASK_KINDS: [Kind; 29] = [
+pub const TASK_KINDS: [Kind; 30] = [
     Kind::Text,  // id
     Kind::Text,  // type
     Kind::Text,  // queue
@@ -44,6 +44,7 @@ pub const TASK_KINDS: [Kind; 29] = [
     Kind::Int,   // steps
     Kind::Int,   // resumes
     Kind::Text,  // owner
+    Kind::Int,   // priority
 ];
 
 /// Number of task columns.
@@ -62,6 +63,10 @@ pub struct TaskRow {
 
 fn count(field: &str, v: i64) -> Result<u32, DecodeError> {
     u32::try_from(v).map_err(|_| DecodeError(format!("{field} out of range: {v}")))
+}
+
+fn priority(v: i64) -> Result<i16, DecodeError> {
+    i16::try_from(v).map_err(|_| DecodeError(format!("priority out of range: {v}")))
 }
 
 fn opt_time(ms: i64) -> Option<Timestamp> {
@@ -123,6 +128,7 @@ impl TaskRow {
             steps: count("steps", c.int(26)?)?,
             resumes: count("resumes", c.int(27)?)?,
             owner: c.text(28)?,
+            priority: priority(c.int(29)?)?,
         };
         Ok(TaskRow {
             task,
@@ -165,6 +171,7 @@ impl TaskRow {
             Value::from(t.steps),
             Value::from(t.resumes),
             Value::from(&t.owner),
+            Value::Int(i64::from(t.priority)),
         ]
     }
 }
@@ -182,6 +189,7 @@ mod tests {
         task.created_at = Timestamp::from_millis(1_767_225_600_000);
         task.started_at = Some(Timestamp::from_millis(5));
         task.progress = Some(40);
+        task.priority = -7;
         TaskRow { task, pending_parents: 2, lease_until: 0 }
     }
 
@@ -213,6 +221,9 @@ mod tests {
         assert!(TaskRow::decode(&args).is_err());
         let mut args = sample().insert_args();
         args[4] = Value::from("done");
+        assert!(TaskRow::decode(&args).is_err());
+        let mut args = sample().insert_args();
+        args[29] = Value::Int(40_000);
         assert!(TaskRow::decode(&args).is_err());
     }
 

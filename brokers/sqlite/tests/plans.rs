@@ -77,7 +77,9 @@ async fn hot_statements_seek_indexes_after_finished_rows_pile_up() -> TestResult
             eprintln!("{}: {text}", stmt.name);
             let expected: &[&str] = match stmt.name {
                 // Partial indexes: only claimable, running or blocked rows are in them.
-                "next_due" | "claim" => &["taskgate_idx_ready (queue=?"],
+                "next_due" => &["taskgate_idx_ready (queue=?"],
+                // The claim's order (priority, run_at, id) is migration 0004's index.
+                "claim" => &["taskgate_idx_ready_prio (queue=?"],
                 "ack" | "ack_lock" | "ack_write" => &["sqlite_autoindex_taskgate_tasks_1 (id=?)"],
                 "reap" => &["taskgate_idx_running"],
                 "repair" => &["taskgate_idx_blocked"],
@@ -86,6 +88,12 @@ async fn hot_statements_seek_indexes_after_finished_rows_pile_up() -> TestResult
             };
             let ok = expected.iter().any(|e| text.contains(e));
             assert!(ok, "{}: expected one of {expected:?}: {text}", stmt.name);
+            if stmt.name == "claim" {
+                assert!(
+                    !text.contains("TEMP B-TREE"),
+                    "claim sorts instead of reading in order: {text}"
+                );
+            }
         }
         conn.close().await?;
 

@@ -22,7 +22,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() -> TestResul
         std::fs::copy(fixture(), db.path())?;
         let (clock, options) = manual_options();
         let broker = db.broker(options.clone()).await?;
-        assert_eq!(broker.schema_versions().await?, vec![1, 2, 3]);
+        assert_eq!(broker.schema_versions().await?, vec![1, 2, 3, 4]);
 
         let done = broker.get("v1-done").await?;
         assert_eq!(done.status, Status::Completed);
@@ -36,6 +36,18 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() -> TestResul
             (Status::Failed, "smtp down", 3)
         );
         assert_eq!(broker.get("v1-child").await?.depends_on, vec!["v1-parent".to_owned()]);
+        for id in ["v1-done", "v1-failed", "v1-child", "v1-parent"] {
+            assert_eq!(broker.get(id).await?.priority, 0, "{id}: old rows get priority 0");
+        }
+        let index = query_texts(
+            db.path(),
+            "SELECT sql FROM sqlite_master WHERE name = 'taskgate_idx_ready_prio'",
+        )
+        .await?;
+        assert!(
+            index.first().is_some_and(|sql| sql.contains("(queue, priority, run_at, id)")),
+            "the claim index of 0004: {index:?}"
+        );
 
         // Key idempotency and replay work on old rows.
         let dup = broker.enqueue(&Task::new("fetch", "q1").with_business_key("v1-key")).await;
@@ -50,9 +62,11 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() -> TestResul
         let twice = broker.replay(ReplayRequest::by_id("v1-done").allow_completed()).await;
         assert_eq!(twice.err().map(|e| e.kind()), Some(ErrorKind::AlreadyReplayed));
 
-        // Old dependency edges still propagate.
+        // Old dependency edges still propagate; an urgent new task goes before the old rows.
+        broker.enqueue(&Task::new("fetch", "q1").with_id("urgent").with_priority(-1)).await?;
         clock.advance(std::time::Duration::from_secs(1));
         let claimed = broker.dequeue_many(&["q1"], 10).await?;
+        assert_eq!(claimed.first().map(|t| t.id.as_str()), Some("urgent"), "claim order");
         let parent =
             claimed.iter().find(|t| t.id == "v1-parent").ok_or("v1-parent not claimable")?;
         broker.ack(&parent.id, &parent.lease_token, None).await?;
@@ -62,7 +76,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() -> TestResul
         // A second open applies nothing.
         let reopened = SqliteOptions::new(db.path()).open().await?;
         assert_eq!(reopened.engine().migrate().await?, Vec::<i64>::new());
-        assert_eq!(reopened.schema_versions().await?, vec![1, 2, 3]);
+        assert_eq!(reopened.schema_versions().await?, vec![1, 2, 3, 4]);
         reopened.init(options).await?;
         assert_eq!(reopened.get("v1-done").await?.status, Status::Completed);
         reopened.close().await?;

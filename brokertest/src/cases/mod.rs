@@ -17,6 +17,7 @@ mod names;
 mod notify;
 mod outcomes;
 mod pause;
+mod priority;
 mod prune;
 mod queries;
 mod quota;
@@ -44,6 +45,9 @@ pub use outcomes::{
     c06_ack_fail, c08_stale_token, c15_requeue_no_count, c16_illegal_transition, c46_retry_budget,
 };
 pub use pause::c25_queue_pause;
+pub use priority::{
+    c48_priority_orders_claims, c49_priority_survives_retry_and_replay, c50_priority_range,
+};
 pub use prune::c31_prune;
 pub use queries::{
     c13_counts_consistency, c14_list_filter, c18_list_pagination, c21_business_key_query,

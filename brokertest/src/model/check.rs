@@ -80,6 +80,7 @@ pub(crate) fn diff_task(want: &Task, got: &Task) -> Vec<String> {
     field("last_error", format!("{:?}", want.last_error), format!("{:?}", got.last_error));
     field("attempts", want.attempts.to_string(), got.attempts.to_string());
     field("max_retry", want.max_retry.to_string(), got.max_retry.to_string());
+    field("priority", want.priority.to_string(), got.priority.to_string());
     field("lease_lost", want.lease_lost.to_string(), got.lease_lost.to_string());
     field("throttled", want.throttled.to_string(), got.throttled.to_string());
     field("run_at", at(Some(want.run_at)), at(Some(got.run_at)));

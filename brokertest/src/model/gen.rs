@@ -118,18 +118,22 @@ fn spec(m: &Model) -> impl Strategy<Value = TaskSpec> {
     let delay = select(vec![0i64, 0, 0, 0, -10, 1, 30, 120]);
     let payload = option::of(0..3u8);
     let head = (id, select(TYPES.to_vec()), select(QUEUES.to_vec()), key);
-    let tail = (parents(m), policy, delay, 0..=2u32, payload);
+    let priority = prop_oneof![30 => select(vec![0i16, 0, 0, -1, 2]), 1 => Just(101i16)];
+    let tail = (parents(m), policy, delay, 0..=2u32, payload, priority);
     (head, tail).prop_map(
-        |((id, task_type, queue, key), (parents, policy, delay, max_retry, payload))| TaskSpec {
-            id,
-            task_type,
-            queue,
-            key,
-            parents,
-            policy,
-            delay_secs: delay,
-            max_retry,
-            payload,
+        |((id, task_type, queue, key), (parents, policy, delay, max_retry, payload, priority))| {
+            TaskSpec {
+                id,
+                task_type,
+                queue,
+                key,
+                parents,
+                policy,
+                delay_secs: delay,
+                max_retry,
+                payload,
+                priority,
+            }
         },
     )
 }
@@ -168,8 +172,18 @@ fn replay(m: &Model) -> impl Strategy<Value = Op> {
         1 => (any_id(m), select(KEYS.to_vec())).prop_map(|(id, k)| ReplayTarget::Both(id, k)),
         1 => Just(ReplayTarget::Neither),
     ];
-    (target, any::<bool>(), option::weighted(0.3, 0..3u8)).prop_map(
-        |(target, allow_completed, payload)| Op::Replay { target, allow_completed, payload },
+    let priority = prop_oneof![
+        8 => Just(None),
+        2 => select(vec![-1i16, 3]).prop_map(Some),
+        1 => Just(Some(-101i16)),
+    ];
+    (target, any::<bool>(), option::weighted(0.3, 0..3u8), priority).prop_map(
+        |(target, allow_completed, payload, priority)| Op::Replay {
+            target,
+            allow_completed,
+            payload,
+            priority,
+        },
     )
 }
 

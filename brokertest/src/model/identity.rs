@@ -67,6 +67,9 @@ impl Model {
         if by_id != request.business_key.is_empty() {
             return Err(Fault::of(ErrorKind::InvalidInput).loose());
         }
+        if let Some(priority) = request.priority {
+            super::write::check_priority(priority)?;
+        }
         let target = if by_id {
             self.entry(&request.execution_id)?
         } else {
@@ -94,6 +97,7 @@ impl Model {
             max_retry: t.max_retry,
             on_parent_failure: t.on_parent_failure,
             owner: t.owner.clone(),
+            priority: request.priority.unwrap_or(t.priority),
             run_at: self.now,
             created_at: self.now,
             ..Task::default()

@@ -55,6 +55,8 @@ pub struct TaskSpec {
     pub max_retry: u32,
     /// Payload number (`{"n":N}`), or none.
     pub payload: Option<u8>,
+    /// Claim priority (outside −100..=100 is invalid).
+    pub priority: i16,
 }
 
 /// A checkpoint to save.
@@ -196,6 +198,8 @@ pub enum Op {
         allow_completed: bool,
         /// Payload override number, or none (copy the target's).
         payload: Option<u8>,
+        /// Priority override, or none (copy the target's).
+        priority: Option<i16>,
     },
     /// `prune`.
     Prune {
@@ -252,6 +256,7 @@ impl TaskSpec {
             },
             depends_on: self.parents.clone(),
             on_parent_failure: self.policy,
+            priority: self.priority,
             ..Task::default()
         }
     }
@@ -312,8 +317,8 @@ impl Model {
             Op::Pause(q) => Call::PauseQueue((*q).to_owned()),
             Op::Unpause(q) => Call::ResumeQueue((*q).to_owned()),
             Op::Resume { id } => Call::Resume { id: id.clone() },
-            Op::Replay { target, allow_completed, payload } => {
-                Call::Replay(replay_request(target, *allow_completed, *payload))
+            Op::Replay { target, allow_completed, payload, priority } => {
+                Call::Replay(replay_request(target, *allow_completed, *payload, *priority))
             }
             Op::Prune { before_ms, statuses, limit, include_keyed } => Call::Prune(PruneRequest {
                 finished_before: at(now, *before_ms),
@@ -346,6 +351,7 @@ fn replay_request(
     target: &ReplayTarget,
     allow_completed: bool,
     payload: Option<u8>,
+    priority: Option<i16>,
 ) -> ReplayRequest {
     let (execution_id, business_key) = match target {
         ReplayTarget::Id(id) => (id.clone(), String::new()),
@@ -358,6 +364,7 @@ fn replay_request(
         business_key,
         allow_completed,
         payload: payload.map(|n| json("p", n)),
+        priority,
     }
 }
 

@@ -27,6 +27,7 @@ fn task(id: &'static str, key: Option<&'static str>, parents: &[&str]) -> TaskSp
         delay_secs: 0,
         max_retry: 0,
         payload: None,
+        priority: 0,
     }
 }
 
@@ -45,6 +46,7 @@ pub fn regressions() -> Vec<Regression> {
                     target: ReplayTarget::Key("k1"),
                     allow_completed: false,
                     payload: None,
+                    priority: None,
                 },
                 Op::Enqueue(task("t5", Some("k1"), &[])),
             ],
@@ -99,6 +101,7 @@ pub fn regressions() -> Vec<Regression> {
                     target: ReplayTarget::Id("t1".into()),
                     allow_completed: false,
                     payload: None,
+                    priority: None,
                 },
                 Op::Prune { before_ms: 1, statuses: Vec::new(), limit: 0, include_keyed: false },
                 Op::Enqueue(task("t1", Some("k1"), &[])),

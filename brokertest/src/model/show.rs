@@ -53,6 +53,9 @@ impl fmt::Display for TaskSpec {
         if let Some(n) = self.payload {
             write!(f, ", payload n={n}")?;
         }
+        if self.priority != 0 {
+            write!(f, ", priority {}", self.priority)?;
+        }
         write!(f, "}}")
     }
 }
@@ -138,10 +141,13 @@ impl fmt::Display for Op {
             Op::Pause(q) => write!(f, "pause_queue {q}"),
             Op::Unpause(q) => write!(f, "resume_queue {q}"),
             Op::Resume { id } => write!(f, "resume {id}"),
-            Op::Replay { target, allow_completed, payload } => {
+            Op::Replay { target, allow_completed, payload, priority } => {
                 write!(f, "replay {}", replay_target(target))?;
                 if *allow_completed {
                     write!(f, ", allow_completed")?;
+                }
+                if let Some(p) = priority {
+                    write!(f, ", priority {p}")?;
                 }
                 payload.map_or(Ok(()), |n| write!(f, ", payload p={n}"))
             }

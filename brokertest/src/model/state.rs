@@ -193,7 +193,7 @@ impl Model {
         self.paused.iter().cloned().collect()
     }
 
-    /// Names of the claimable tasks of `queues` in claim order `(run_at, id)`: pending or
+    /// Names of the claimable tasks of `queues` in claim order `(priority, run_at, id)`: pending or
     /// retrying, due, and not in a paused queue.
     pub(crate) fn ready(&self, queues: &[String]) -> Vec<String> {
         let mut ready: Vec<&Entry> = self
@@ -202,7 +202,13 @@ impl Model {
             .filter(|e| e.task.status.is_claimable() && e.task.run_at <= self.now)
             .filter(|e| queues.contains(&e.task.queue) && !self.paused.contains(&e.task.queue))
             .collect();
-        ready.sort_by(|a, b| (a.task.run_at, &a.order).cmp(&(b.task.run_at, &b.order)));
+        ready.sort_by(|a, b| {
+            (a.task.priority, a.task.run_at, &a.order).cmp(&(
+                b.task.priority,
+                b.task.run_at,
+                &b.order,
+            ))
+        });
         ready.into_iter().map(|e| e.task.id.clone()).collect()
     }
 

@@ -25,9 +25,19 @@ pub(crate) fn distinct(list: &[String]) -> Vec<String> {
     list.iter().filter(|p| seen.insert(p.as_str())).cloned().collect()
 }
 
+/// A priority outside −100..=100 is `InvalidInput { field: "priority" }`, before anything else.
+pub(crate) fn check_priority(priority: i16) -> Result<(), Fault> {
+    if (taskgate::MIN_PRIORITY..=taskgate::MAX_PRIORITY).contains(&priority) {
+        Ok(())
+    } else {
+        Err(Fault::invalid("priority"))
+    }
+}
+
 impl Model {
     /// `enqueue`: key check, preset-ID check, parent check, submit decision, store (§3.4).
     pub(crate) fn enqueue(&mut self, input: &Task) -> Result<Task, Fault> {
+        check_priority(input.priority)?;
         self.check_key(&input.business_key)?;
         let (name, order) = self.new_identity(&input.id)?;
         let parents = distinct(&input.depends_on);
@@ -100,6 +110,10 @@ impl Model {
     /// `enqueue_many`: the same rules task by task, all or nothing (§E8). Which item's error
     /// surfaces is the first failing one; its details are left open.
     pub(crate) fn enqueue_many(&mut self, tasks: &[Task]) -> Outcome {
+        // Input is checked for the whole batch before any lookup (the front door).
+        if let Err(fault) = tasks.iter().try_for_each(|t| check_priority(t.priority)) {
+            return Outcome::Failed(fault.loose());
+        }
         let mut scratch = self.clone();
         let mut stored = Vec::new();
         for task in tasks {

@@ -220,3 +220,50 @@ pub async fn w07_routes_pure_producer(factory: &dyn Factory) -> CaseResult {
     consumer.shutdown(Duration::from_secs(5)).await?;
     world.finish().await
 }
+
+/// A submitted priority reaches the task and orders the runs: a producer submits `late`
+/// (priority 5), `plain` (no priority: 0) and `urgent` (−5) to a queue nobody consumes yet;
+/// a consumer with one worker then runs them `urgent`, `plain`, `late`. A priority out of
+/// range is `InvalidInput` at submit.
+pub async fn w44_priority_orders_runs(factory: &dyn Factory) -> CaseResult {
+    let world = World::new(factory).await?;
+    let config = Config::new().default_queue(None).queue("prio", QueueConfig::workers(1));
+    let producer = world.start(|b| b.config(config.clone())).await?;
+    let client = producer.client();
+    let mut ids = Vec::new();
+    for (name, opts) in [
+        ("late", SubmitOptions::new().priority(5)),
+        ("plain", SubmitOptions::new()),
+        ("urgent", SubmitOptions::new().priority(-5)),
+    ] {
+        let task = client.submit_raw("prio", Some(name.as_bytes().to_vec()), opts).await?;
+        ids.push((name, task.id));
+    }
+    for ((_, id), want) in ids.iter().zip([5, 0, -5]) {
+        assert_eq!(client.get(id).await?.priority, want, "the stored priority of {id}");
+    }
+    let bad = client.submit_raw("prio", None, SubmitOptions::new().priority(101)).await;
+    assert_eq!(kind_of(&bad), Some(ErrorKind::InvalidInput), "priority 101 at submit");
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = order.clone();
+    let consumer = world
+        .start(move |b| {
+            b.config(config).register_raw("prio", move |ctx| {
+                let seen = seen.clone();
+                async move {
+                    let name = String::from_utf8_lossy(ctx.payload().unwrap_or_default());
+                    seen.lock().map_err(JobError::msg)?.push(name.into());
+                    Ok(None)
+                }
+            })
+        })
+        .await?;
+    for (name, id) in &ids {
+        within(name, client.wait_task(id)).await??;
+    }
+    let ran = order.lock().map_err(|e| e.to_string())?.clone();
+    assert_eq!(ran, ["urgent", "plain", "late"], "one worker runs by priority");
+    producer.shutdown(Duration::from_secs(5)).await?;
+    consumer.shutdown(Duration::from_secs(5)).await?;
+    world.finish().await
+}

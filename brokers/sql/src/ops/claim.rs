@@ -1,7 +1,8 @@
 //! Claims (contract §3.4 Dequeue, §11.2, §11.3, extensions §E8): the read-only probe an empty
 //! poll costs, and the claim transaction in the dialect's shape — one
 //! `UPDATE … RETURNING` (SQLite) or `SELECT … FOR UPDATE SKIP LOCKED` then one `UPDATE`
-//! (PostgreSQL, MySQL/MariaDB). Every claimed task gets its own lease token.
+//! (PostgreSQL, MySQL/MariaDB). Every claimed task gets its own lease token. Claims take
+//! tasks in `(priority, run_at, id)` order across the listed queues.
 
 use std::time::Duration;
 
@@ -13,9 +14,16 @@ use crate::dialect::{placeholders, ClaimShape};
 use crate::row::{TaskRow, TASK_COLUMN_COUNT, TASK_KINDS};
 use crate::{Kind, Value};
 
-/// The tasks table as statements reading ready tasks name it: with the dialect's index hint.
+/// The tasks table as statements reading ready tasks in `run_at` order name it (the next-due
+/// probe, `queue_len`): with the dialect's index hint.
 pub(crate) fn ready_from(core: &Core) -> String {
     format!("{{tasks}}{}", core.dialect.ready_index_hint(&core.prefix))
+}
+
+/// The tasks table as a claim's candidate read names it: with the dialect's hint for the
+/// `(queue, priority, run_at, id)` claim index.
+fn claim_from(core: &Core) -> String {
+    format!("{{tasks}}{}", core.dialect.claim_index_hint(&core.prefix))
 }
 
 /// The claimable tasks of `n` queues, due by `due` (`?`, or the server's time)
@@ -87,8 +95,8 @@ pub(crate) fn claim_update_sql(
             "UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
              lease_until = {lease}, started_at = CASE WHEN started_at = 0 THEN ? ELSE \
              started_at END WHERE id IN (SELECT id FROM {from} WHERE {ready} \
-             ORDER BY run_at, id LIMIT ?) RETURNING {{cols}}",
-            from = ready_from(core),
+             ORDER BY priority, run_at, id LIMIT ?) RETURNING {{cols}}",
+            from = claim_from(core),
             ready = ready_where(core, n, "?"),
         )
     })
@@ -105,8 +113,9 @@ pub(crate) fn claim_select_sql(core: &Core, n: usize, server_now: bool) -> std::
     core.sql_sized(name, (n, 0), || {
         let (due, extra) = if server_now { ("(SELECT {now})", ", {now}") } else { ("?", "") };
         format!(
-            "SELECT {{cols}}{extra} FROM {} WHERE {} ORDER BY run_at, id LIMIT ?{{skip_locked}}",
-            ready_from(core),
+            "SELECT {{cols}}{extra} FROM {} WHERE {} ORDER BY priority, run_at, id \
+             LIMIT ?{{skip_locked}}",
+            claim_from(core),
             ready_where(core, n, due)
         )
     })
@@ -140,7 +149,8 @@ fn decode(e: crate::value::DecodeError) -> crate::DbError {
     crate::DbError::Decode(Box::new(e))
 }
 
-/// Claims up to `max` ready tasks from `queues` inside the transaction, in `(run_at, id)` order.
+/// Claims up to `max` ready tasks from `queues` inside the transaction, in
+/// `(priority, run_at, id)` order.
 pub(crate) async fn claim(
     tx: &mut Tx<'_>,
     queues: &[&str],
@@ -153,7 +163,7 @@ pub(crate) async fn claim(
         }
         ClaimShape::SelectThenUpdate => select_then_update(tx, queues, max).await?,
     };
-    tasks.sort_by(|a, b| (a.run_at, &a.id).cmp(&(b.run_at, &b.id)));
+    tasks.sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
     for task in &tasks {
         tx.snapshot(task);
     }

@@ -255,10 +255,21 @@ pub(crate) async fn key_tail(tx: &mut Tx<'_>, key: &str) -> Result<Option<Existi
 
 /// Inserts one task row: every column of [`TASK_COLUMNS`](crate::row::TASK_COLUMNS).
 pub(crate) const INSERT_SQL: &str = "INSERT INTO {tasks} ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, \
-    ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// The key's chain tail: the execution no execution replays (as replay finds it). The
 /// predecessor's time order (`ORDER BY created_at DESC, id DESC`) names the wrong execution
 /// when a replay lands in the same millisecond as its target and sorts before it by ID.
 pub(crate) const KEY_TAIL_SQL: &str = "SELECT id, status FROM {tasks} WHERE business_key = ? \
     AND NOT EXISTS (SELECT 1 FROM {tasks} c WHERE c.replay_of = {tasks}.id) LIMIT 1";
+
+#[cfg(test)]
+mod tests {
+    use super::INSERT_SQL;
+    use crate::row::TASK_COLUMN_COUNT;
+
+    #[test]
+    fn the_single_row_insert_binds_every_column() {
+        assert_eq!(INSERT_SQL.matches('?').count(), TASK_COLUMN_COUNT);
+    }
+}
