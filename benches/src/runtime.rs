@@ -52,11 +52,12 @@ impl RtSpec {
         format!("w{} {}", self.workers, if self.completer { "completer" } else { "inline" })
     }
 
-    /// The runtime's config: one queue of `workers`, the default completer (flush at 100
-    /// acks or 5 ms) or inline acks.
+    /// The runtime's config: one queue of `workers` that the no-op task type is routed to,
+    /// the default completer (flush at 100 acks or 5 ms) or inline acks.
     pub fn config(&self) -> Config {
         let workers = u32::try_from(self.workers).unwrap_or(u32::MAX);
-        let mut config = Config::new().queue(QUEUE, QueueConfig::workers(workers));
+        let mut config =
+            Config::new().queue(QUEUE, QueueConfig::workers(workers)).route(TASK_TYPE, QUEUE);
         config.completer =
             if self.completer { CompleterConfig::default() } else { CompleterConfig::inline() };
         config

@@ -440,7 +440,11 @@ async fn runtime_drain(
     let result = async {
         let warm = u64::try_from(spec.workers * 2).unwrap_or(2);
         fill::backlog(&bed, RT_QUEUE, warm).await?;
-        benches::runtime::drain(&bed.broker, spec, warm, Duration::from_secs(30)).await?;
+        let warmed =
+            benches::runtime::drain(&bed.broker, spec, warm, Duration::from_secs(30)).await?;
+        if !warmed.finished {
+            return Err(format!("the warm-up ran {} of {warm} tasks in 30 s", warmed.jobs).into());
+        }
         fill::backlog(&bed, RT_QUEUE, plan.runtime_backlog).await?;
         let out =
             benches::runtime::drain(&bed.broker, spec, plan.runtime_backlog, plan.runtime_limit)
