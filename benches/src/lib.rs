@@ -12,7 +12,7 @@
 //!   database's own ceiling for the same work).
 //! * [`produce`] measures enqueue; [`pickup`] the time from enqueue to claim by an idle
 //!   claimer; [`facts`] reads the machine and the database servers' versions and settings.
-//! * [`runtime`] runs the worker runtime (`taskgate-worker`) end to end: draining a backlog,
+//! * [`runtime`](mod@runtime) runs the worker runtime (`taskgate-worker`) end to end: draining a backlog,
 //!   steady producers, and an idle worker's pickup latency.
 //! * [`report`] renders the Markdown table and the SVG chart.
 //!
