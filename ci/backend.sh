@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs one backend's tests (its contract suite, model test, history checker and own tests) and
 # prints how many contract cases ran and passed. Usage: ci/backend.sh local|postgres|mysql
-#   local    — core, memory, SQLite, the engine, brokertest and the CLI (no server needed)
+#   local    — core, memory, SQLite, the engine, brokertest, the CLI, the runtime and the
+#              examples (no server needed)
 #   postgres — needs TASKGATE_PG_URL (or Docker for testcontainers)
 #   mysql    — needs TASKGATE_MYSQL_URL (or Docker for testcontainers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 case "${1:-}" in
-  local) packages=(-p taskgate -p taskgate-memory -p brokertest -p taskgate-sql -p taskgate-sqlite -p taskgate-cli)
+  local) packages=(-p taskgate -p taskgate-memory -p brokertest -p taskgate-sql -p taskgate-sqlite -p taskgate-cli
+                  -p taskgate-worker -p taskgate-examples)
          backends=(memory sqlite) ;;
   postgres) packages=(-p taskgate-postgres); backends=(postgres) ;;
   mysql) packages=(-p taskgate-mysql); backends=(mysql) ;;
@@ -20,7 +22,8 @@ printf '\n==== cargo test %s\n' "${packages[*]}"
 status=0
 cargo test "${packages[@]}" --locked --no-fail-fast 2>&1 | tee "$logs/test.log" || status=$?
 cargo test "${packages[@]}" --locked --no-run --message-format=json 2>/dev/null > "$logs/build.json"
-printf '\n==== contract cases\n'
-python3 ci/count_cases.py "$logs/build.json" "$logs/test.log" brokertest/src/lib.rs "${backends[@]}" \
+printf '\n==== contract cases and worker scenarios\n'
+python3 ci/count_cases.py "$logs/build.json" "$logs/test.log" brokertest/src/lib.rs \
+  --workers workertest/src/lib.rs "${backends[@]}" \
   || status=1
 exit "$status"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README "Test"): formatting, lints, docs, the workflow file, every crate's
-# tests on every backend, each benchmark once, and a per-backend count of contract cases that
-# ran and passed (the run fails if any backend ran fewer than the full list).
+# tests on every backend (the examples run to completion as tests), each benchmark once, and a
+# per-backend count of the contract cases and worker scenarios that ran and passed (the run
+# fails if any backend ran fewer than the full lists).
 # Databases: run `. ci/services.sh` first (`.ci/run` does), or set TASKGATE_PG_URL /
 # TASKGATE_MYSQL_URL yourself; without them the PostgreSQL and MySQL cases skip loudly (and
 # fail with TASKGATE_REQUIRE_DB=1).
@@ -20,9 +21,10 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$logs/test.log" || st
 step "cargo bench -- --test (each benchmark once)"
 ci/bench-smoke.sh || status=1
 
-step "contract cases per backend"
+step "contract cases and worker scenarios per backend"
 cargo test --workspace --locked --no-run --message-format=json 2>/dev/null > "$logs/build.json"
 python3 ci/count_cases.py "$logs/build.json" "$logs/test.log" brokertest/src/lib.rs \
+  --workers workertest/src/lib.rs \
   memory sqlite postgres mysql || status=1
 
 step "done in $(( $(date +%s) - started )) s (status $status)"

@@ -12,6 +12,8 @@
 //!   database's own ceiling for the same work).
 //! * [`produce`] measures enqueue; [`pickup`] the time from enqueue to claim by an idle
 //!   claimer; [`facts`] reads the machine and the database servers' versions and settings.
+//! * [`runtime`](mod@runtime) runs the worker runtime (`taskgate-worker`) end to end: draining a backlog,
+//!   steady producers, and an idle worker's pickup latency.
 //! * [`report`] renders the Markdown table and the SVG chart.
 //!
 //! Numbers are measured here, never asserted: targets are checked and reported by the report.
@@ -24,6 +26,7 @@ pub mod pickup;
 pub mod produce;
 pub mod raw;
 pub mod report;
+pub mod runtime;
 pub mod stats;
 
 pub use taskgate::BoxError;

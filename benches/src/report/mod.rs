@@ -10,6 +10,7 @@ use crate::backend::Backend;
 use crate::drive::Spec;
 use crate::facts::Machine;
 use crate::produce::Producers;
+use crate::runtime::{RtOutcome, RtSpec};
 use crate::stats::Percentiles;
 
 /// One measured claim+ack run (broker or raw).
@@ -127,6 +128,58 @@ impl DegradeCell {
     }
 }
 
+/// What a runtime cell ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeWork {
+    /// Drain a pre-filled backlog of this many no-op tasks.
+    Drain(u64),
+    /// Keep up with producers looping `enqueue_many(batch)`.
+    Steady(Producers),
+}
+
+impl RuntimeWork {
+    /// A short label.
+    pub fn label(&self) -> String {
+        match self {
+            RuntimeWork::Drain(n) => format!("drain {} pre-filled", crate::stats::rate(*n as f64)),
+            RuntimeWork::Steady(p) => {
+                format!("steady: {} producers × enqueue_many({})", p.producers, p.batch)
+            }
+        }
+    }
+}
+
+/// One worker-runtime measurement (issue 16).
+#[derive(Clone, Debug)]
+pub struct RuntimeCell {
+    /// The backend.
+    pub backend: Backend,
+    /// Workers and completer.
+    pub spec: RtSpec,
+    /// What it ran.
+    pub work: RuntimeWork,
+    /// What it did, or why it failed.
+    pub outcome: Result<RtOutcome, String>,
+}
+
+impl RuntimeCell {
+    /// Jobs per second, if it ran.
+    pub fn rate(&self) -> Option<f64> {
+        self.outcome.as_ref().ok().map(RtOutcome::rate)
+    }
+}
+
+/// One runtime pickup-latency measurement: enqueue → handler start on an idle worker.
+#[derive(Clone, Debug)]
+pub struct RuntimePickupCell {
+    /// The backend.
+    pub backend: Backend,
+    /// True when the producer was on a second handle (as another process would be).
+    pub cross_handle: bool,
+    /// The latencies, or why it failed.
+    pub latency: Result<Percentiles, String>,
+}
+
 /// A database's settings as read from it.
 #[derive(Clone, Debug)]
 pub struct Database {
@@ -165,6 +218,10 @@ pub struct Report {
     pub pipelines: Vec<PipelineCell>,
     /// Degradation with retained rows.
     pub degradations: Vec<DegradeCell>,
+    /// The worker runtime end to end.
+    pub runtime: Vec<RuntimeCell>,
+    /// The worker runtime's pickup latency.
+    pub runtime_pickups: Vec<RuntimePickupCell>,
     /// Hand-written findings appended to the page (`benches/report-notes.md`).
     pub notes: String,
 }

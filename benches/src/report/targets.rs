@@ -1,8 +1,8 @@
-//! The performance targets of issue 7 and where a report's numbers stand against them.
+//! The performance targets of issues 7 and 16 and where a report's numbers stand against them.
 //! Checked and reported, never asserted: a missed target is a finding, not a failure.
 
 use crate::backend::Backend;
-use crate::report::{ClaimCell, Report};
+use crate::report::{ClaimCell, Report, RuntimeCell, RuntimeWork};
 use crate::stats::{ms, rate};
 
 /// Where a number stands against its target.
@@ -203,6 +203,115 @@ fn degrade_targets(r: &Report) -> Vec<Target> {
         .collect()
 }
 
+/// The broker's own claim+ack cell the runtime is compared with: one queue, 16 claimers,
+/// batch 100, measured in the same run.
+pub fn batch100(r: &Report, backend: Backend) -> Option<&ClaimCell> {
+    cell(r, backend, 1, 16, 100)
+}
+
+/// The fastest runtime drain of `backend`.
+pub fn best_drain(r: &Report, backend: Backend) -> Option<&RuntimeCell> {
+    r.runtime
+        .iter()
+        .filter(|c| c.backend == backend && matches!(c.work, RuntimeWork::Drain(_)))
+        .filter(|c| c.rate().is_some())
+        .max_by(|a, b| a.rate().unwrap_or(0.0).total_cmp(&b.rate().unwrap_or(0.0)))
+}
+
+/// `12,550 jobs/s (raw 21,172)` for the batch-100 cell, or why there is none.
+fn batch100_text(r: &Report, backend: Backend) -> String {
+    match batch100(r, backend) {
+        Some(c) => match (c.broker_rate(), c.raw_rate()) {
+            (Some(b), Some(w)) => format!("{} jobs/s (raw {})", rate(b), rate(w)),
+            (Some(b), None) => format!("{} jobs/s", rate(b)),
+            _ => "failed".to_owned(),
+        },
+        None => "not run".to_owned(),
+    }
+}
+
+fn runtime_drain_target(r: &Report, backend: Backend, label: &str, goal: f64) -> Target {
+    let best = best_drain(r, backend);
+    let value = best.and_then(RuntimeCell::rate);
+    Target {
+        scenario: format!("{label}: the runtime drains 20,000 pre-filled no-op jobs"),
+        goal: format!("≥ {} jobs/s", rate(goal)),
+        measured: match (best, value) {
+            (Some(c), Some(v)) => format!(
+                "{} jobs/s (best, {}); broker batch-100 cell {}",
+                rate(v),
+                c.spec.label(),
+                batch100_text(r, backend)
+            ),
+            _ => "not run".to_owned(),
+        },
+        standing: Standing::of(value.map(|v| v >= goal)),
+    }
+}
+
+fn runtime_overhead_target(r: &Report, backend: Backend) -> Target {
+    let best = best_drain(r, backend);
+    let value = best.and_then(RuntimeCell::rate);
+    let reference = batch100(r, backend).and_then(ClaimCell::broker_rate);
+    let ratio = match (value, reference) {
+        (Some(v), Some(b)) if b > 0.0 => Some(v / b),
+        _ => None,
+    };
+    Target {
+        scenario: format!(
+            "{backend}: runtime drain ÷ the broker's batch-100 claim+ack (16 claimers)"
+        ),
+        goal: "≥ 90 %".to_owned(),
+        measured: match (best, value, reference, ratio) {
+            (Some(c), Some(v), Some(b), Some(q)) => format!(
+                "{} / {} jobs/s = {:.0} % ({})",
+                rate(v),
+                rate(b),
+                q * 100.0,
+                c.spec.label()
+            ),
+            _ => "not run".to_owned(),
+        },
+        standing: Standing::of(ratio.map(|q| q >= 0.9)),
+    }
+}
+
+fn runtime_pickup_target(r: &Report) -> Target {
+    let find = |cross: bool| {
+        r.runtime_pickups
+            .iter()
+            .find(|p| p.backend == Backend::Postgres && p.cross_handle == cross)
+            .and_then(|p| p.latency.as_ref().ok())
+    };
+    let (cross, same) = (find(true), find(false));
+    let same_text = same.map_or(String::new(), |p| format!("; same handle p50 {} ms", ms(p.p50)));
+    Target {
+        scenario: "PostgreSQL runtime pickup, idle worker (insert on a second handle → handler \
+                   start)"
+            .to_owned(),
+        goal: "p50 ≤ 2 ms".to_owned(),
+        measured: cross.map_or("not run".to_owned(), |p| {
+            format!("p50 {} ms, p99 {} ms{same_text}", ms(p.p50), ms(p.p99))
+        }),
+        standing: Standing::of(cross.map(|p| p.p50 <= std::time::Duration::from_millis(2))),
+    }
+}
+
+/// The worker runtime's targets (issue 16).
+pub fn runtime_targets(r: &Report) -> Vec<Target> {
+    let mut out = vec![
+        runtime_drain_target(r, Backend::Postgres, "PostgreSQL (synchronous commit on)", 40_000.0),
+        runtime_drain_target(r, Backend::Sqlite, "SQLite (synchronous=FULL)", 38_000.0),
+    ];
+    for backend in Backend::ALL {
+        if r.runtime.iter().any(|c| c.backend == backend) {
+            out.push(runtime_overhead_target(r, backend));
+        }
+    }
+    out.push(runtime_pickup_target(r));
+    out
+}
+
 /// Every target, in the issue's order.
 pub fn evaluate(r: &Report) -> Vec<Target> {
     let mut out =
@@ -218,5 +327,8 @@ pub fn evaluate(r: &Report) -> Vec<Target> {
     out.push(scaling_target(r));
     out.push(pickup_target(r));
     out.extend(degrade_targets(r));
+    if !r.runtime.is_empty() || !r.runtime_pickups.is_empty() {
+        out.extend(runtime_targets(r));
+    }
     out
 }

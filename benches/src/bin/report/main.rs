@@ -29,6 +29,9 @@ OPTIONS:
   --no-docs            do not copy the results to docs/ nor rewrite README.md's section
   --quick              a tiny matrix, to check that everything runs (implies --no-docs)
   --wait-quiet         wait up to 2 minutes for the 1-minute load average to drop below 1
+  --runtime-only       only the worker runtime's rows and the broker cells they are compared
+                       with (16 claimers, batch 1 and 100, with raw ceilings); writes
+                       runtime.md in the output directory and leaves docs/ and README.md alone
   --cell <B,Q,C,N[,raw]>  only run one claim cell (backend, queues, claimers, batch) and print
                        it: for profiling (strace -c, perf) one workload at a time
   -h, --help           this text
@@ -43,6 +46,7 @@ struct Args {
     out: PathBuf,
     docs: bool,
     wait_quiet: bool,
+    runtime_only: bool,
 }
 
 fn workspace_root() -> PathBuf {
@@ -64,6 +68,7 @@ fn parse_args() -> Result<Option<Args>> {
         out: default_out(),
         docs: true,
         wait_quiet: false,
+        runtime_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -87,6 +92,10 @@ fn parse_args() -> Result<Option<Args>> {
                 args.docs = false;
             }
             "--wait-quiet" => args.wait_quiet = true,
+            "--runtime-only" => {
+                args.runtime_only = true;
+                args.docs = false;
+            }
             "--cell" => args.cell = Some(parse_cell(&value("--cell")?)?),
             other => return Err(format!("unknown argument {other:?} (try --help)").into()),
         }
@@ -157,7 +166,10 @@ async fn report(args: Args) -> Result<()> {
         ..Report::default()
     };
     for backend in backends {
-        run::backend(&env, backend, &args.plan, &mut report).await;
+        match args.runtime_only {
+            true => run::runtime_only(&env, backend, &args.plan, &mut report).await,
+            false => run::backend(&env, backend, &args.plan, &mut report).await,
+        }
     }
     report.load = (load_start, benches::facts::load_average());
     report.fsync = (fsync_start, fsync_probe().await);
@@ -176,6 +188,13 @@ async fn fsync_probe() -> Option<benches::stats::Percentiles> {
 
 fn write(report: &Report, args: &Args) -> Result<()> {
     std::fs::create_dir_all(&args.out)?;
+    if args.runtime_only {
+        let md = markdown::render_runtime_only(report);
+        std::fs::write(args.out.join("runtime.md"), &md)?;
+        eprintln!("report: wrote {}", args.out.join("runtime.md").display());
+        print!("{md}");
+        return Ok(());
+    }
     let md = markdown::render(report, "performance.svg");
     let chart = svg::render(report);
     std::fs::write(args.out.join("performance.md"), &md)?;

@@ -22,6 +22,13 @@ pub(crate) struct Plan {
     pub(crate) retained: u64,
     /// Pickup samples on paths that wake at once / that poll.
     pub(crate) pickup_samples: (usize, usize),
+    /// The worker runtime's pre-filled backlog.
+    pub(crate) runtime_backlog: u64,
+    /// Longest a runtime drain may run before it is stopped (its rate is then over the
+    /// shorter work).
+    pub(crate) runtime_limit: Duration,
+    /// The steady-state producers' window.
+    pub(crate) runtime_window: Duration,
 }
 
 impl Plan {
@@ -36,6 +43,9 @@ impl Plan {
             raw_layouts: vec![1],
             retained: 1_000_000,
             pickup_samples: (100, 30),
+            runtime_backlog: benches::runtime::BACKLOG,
+            runtime_limit: Duration::from_secs(8),
+            runtime_window: Duration::from_secs(3),
         }
     }
 
@@ -50,6 +60,9 @@ impl Plan {
             raw_layouts: vec![1],
             retained: 20_000,
             pickup_samples: (10, 5),
+            runtime_backlog: 2_000,
+            runtime_limit: Duration::from_secs(2),
+            runtime_window: Duration::from_millis(500),
         }
     }
 

@@ -10,7 +10,9 @@ use benches::facts::{database_settings, write_transactions};
 use benches::produce::{self, Producers};
 use benches::report::{
     ClaimCell, Database, DegradeCell, EnqueueCell, Measured, PickupCell, PipelineCell, Report,
+    RuntimeCell, RuntimePickupCell, RuntimeWork,
 };
+use benches::runtime::{RtOutcome, RtSpec, QUEUE as RT_QUEUE};
 use benches::stats::{percentiles, rate};
 use benches::{fill, pickup, raw, Result};
 
@@ -29,6 +31,35 @@ fn sessions(n: usize) -> u32 {
 
 /// Everything the report measures on `backend`; failures are recorded, never fatal.
 pub(crate) async fn backend(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    settings(env, backend, report).await;
+    claims(env, backend, plan, report).await;
+    enqueues(env, backend, plan, report).await;
+    pickups(env, backend, plan, report).await;
+    pipelines(env, backend, plan, report).await;
+    if matches!(backend, Backend::Postgres | Backend::Sqlite) {
+        degradations(env, backend, plan, report).await;
+    }
+    runtime(env, backend, plan, report).await;
+}
+
+/// The `--runtime-only` run on `backend`: the broker's reference cells (one queue, 16
+/// claimers, batch 1 and 100, each with its raw ceiling), then the worker runtime's rows.
+pub(crate) async fn runtime_only(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    settings(env, backend, report).await;
+    let mut last = HashMap::new();
+    for batch in [1, 100] {
+        let spec = Spec { queues: 1, claimers: 16, batch };
+        let broker = measure(env, backend, plan, spec, false, &mut last).await;
+        let raw = match backend.is_sql() {
+            true => Some(measure(env, backend, plan, spec, true, &mut last).await),
+            false => None,
+        };
+        report.claims.push(ClaimCell { backend, spec, broker, raw });
+    }
+    runtime(env, backend, plan, report).await;
+}
+
+async fn settings(env: &Env, backend: Backend, report: &mut Report) {
     eprintln!("report: {backend} (load {:.2})", benches::facts::load_average());
     match Bed::open(env, backend, 1).await {
         Ok(bed) => {
@@ -39,13 +70,6 @@ pub(crate) async fn backend(env: &Env, backend: Backend, plan: &Plan, report: &m
             let _ = bed.close().await;
         }
         Err(e) => report.skipped.push(format!("{backend}: could not open: {e}")),
-    }
-    claims(env, backend, plan, report).await;
-    enqueues(env, backend, plan, report).await;
-    pickups(env, backend, plan, report).await;
-    pipelines(env, backend, plan, report).await;
-    if matches!(backend, Backend::Postgres | Backend::Sqlite) {
-        degradations(env, backend, plan, report).await;
     }
 }
 
@@ -329,4 +353,126 @@ async fn seeded_bed(env: &Env, backend: Backend, rows: u64) -> Result<(Bed, f64)
     let secs = start.elapsed().as_secs_f64();
     eprintln!("  {backend}: seeded {} finished rows in {secs:.1} s", rate(rows as f64));
     Ok((bed, secs))
+}
+
+/// The worker runtime on `backend`: the drain matrix, the steady state and the pickups.
+async fn runtime(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    for spec in RtSpec::MATRIX {
+        let outcome = runtime_drain(env, backend, plan, spec).await.map_err(|e| e.to_string());
+        let what = match &outcome {
+            Ok(o) => format!(
+                "{} jobs/s ({} jobs in {:.2} s{})",
+                rate(o.rate()),
+                o.jobs,
+                o.elapsed.as_secs_f64(),
+                if o.finished { "" } else { ", stopped at the deadline" }
+            ),
+            Err(e) => format!("failed: {e}"),
+        };
+        eprintln!("  {backend} runtime drain {}: {what}", spec.label());
+        let work = RuntimeWork::Drain(plan.runtime_backlog);
+        report.runtime.push(RuntimeCell { backend, spec, work, outcome });
+    }
+    let spec = RtSpec { workers: 16, completer: true };
+    let scenario = Producers { producers: 2, batch: 100 };
+    let outcome = async {
+        let bed = Bed::open(env, backend, sessions(spec.workers + 4)).await?;
+        let out = benches::runtime::steady(
+            &bed.broker,
+            spec,
+            scenario,
+            u64::MAX,
+            plan.runtime_window,
+            false,
+        )
+        .await;
+        bed.close().await?;
+        out
+    }
+    .await
+    .map_err(|e| e.to_string());
+    eprintln!(
+        "  {backend} runtime steady {}: {:?}",
+        spec.label(),
+        outcome.as_ref().map(|o| (rate(o.rate()), o.produced))
+    );
+    report.runtime.push(RuntimeCell {
+        backend,
+        spec,
+        work: RuntimeWork::Steady(scenario),
+        outcome,
+    });
+    for cross_handle in [false, true] {
+        let polls = cross_handle && matches!(backend, Backend::Sqlite | Backend::MySql);
+        let samples = if polls { plan.pickup_samples.1 } else { plan.pickup_samples.0 };
+        let latency = async {
+            let bed = Bed::open(env, backend, 2).await?;
+            let worker = if cross_handle { bed.second_handle().await? } else { bed.broker.clone() };
+            let got = benches::runtime::pickups(
+                bed.broker.clone(),
+                worker.clone(),
+                samples,
+                Duration::from_millis(20),
+            )
+            .await;
+            if cross_handle {
+                worker.close().await?;
+            }
+            bed.close().await?;
+            Ok::<_, benches::BoxError>(percentiles(&got?))
+        }
+        .await
+        .map_err(|e| e.to_string());
+        eprintln!("  {backend} runtime pickup (second handle: {cross_handle}): {latency:?}");
+        report.runtime_pickups.push(RuntimePickupCell { backend, cross_handle, latency });
+    }
+}
+
+/// One drain on fresh storage: an untimed warm-up drain (pool connections, prepared
+/// statements), then the pre-filled backlog, then a check that the storage agrees.
+async fn runtime_drain(
+    env: &Env,
+    backend: Backend,
+    plan: &Plan,
+    spec: RtSpec,
+) -> Result<RtOutcome> {
+    let bed = Bed::open(env, backend, sessions(spec.workers + 4)).await?;
+    let result = async {
+        let warm = u64::try_from(spec.workers * 2).unwrap_or(2);
+        fill::backlog(&bed, RT_QUEUE, warm).await?;
+        let warmed =
+            benches::runtime::drain(&bed.broker, spec, warm, Duration::from_secs(30)).await?;
+        if !warmed.finished {
+            return Err(format!("the warm-up ran {} of {warm} tasks in 30 s", warmed.jobs).into());
+        }
+        fill::backlog(&bed, RT_QUEUE, plan.runtime_backlog).await?;
+        let out =
+            benches::runtime::drain(&bed.broker, spec, plan.runtime_backlog, plan.runtime_limit)
+                .await?;
+        if out.finished {
+            let left = bed.broker.queue_len(RT_QUEUE).await?;
+            let completed = bed
+                .broker
+                .counts()
+                .await?
+                .get(fill::TASK_TYPE)
+                .and_then(|by| by.get(&taskgate::Status::Completed))
+                .copied()
+                .unwrap_or(0);
+            let expected = warm + plan.runtime_backlog;
+            if left != 0 || completed != expected {
+                return Err(format!(
+                    "after the drain {left} tasks wait and {completed} completed (expected 0 and \
+                     {expected})"
+                )
+                .into());
+            }
+        }
+        Ok::<_, benches::BoxError>(out)
+    }
+    .await;
+    let closed = bed.close().await;
+    let out = result?;
+    closed?;
+    Ok(out)
 }
