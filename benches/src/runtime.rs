@@ -37,14 +37,18 @@ pub struct RtSpec {
 }
 
 impl RtSpec {
-    /// The workers × completer matrix of the issue: 1 / 4 / 16 workers, completer on and off.
-    pub const MATRIX: [RtSpec; 6] = [
+    /// The workers × completer matrix of the issue: 1 / 4 / 16 workers, completer on and off,
+    /// and 256 workers with the completer (a claim takes at most as many tasks as there are
+    /// free workers, so no-op handlers need many workers to claim in large batches; River's
+    /// own benchmark runs 2,000).
+    pub const MATRIX: [RtSpec; 7] = [
         RtSpec { workers: 1, completer: false },
         RtSpec { workers: 4, completer: false },
         RtSpec { workers: 16, completer: false },
         RtSpec { workers: 1, completer: true },
         RtSpec { workers: 4, completer: true },
         RtSpec { workers: 16, completer: true },
+        RtSpec { workers: 256, completer: true },
     ];
 
     /// `w16 completer` / `w16 inline`.

@@ -98,6 +98,9 @@ pub use crate::options::{
 };
 use crate::server::ServerInfo;
 pub use crate::server::{nopad_collation, MARIADB_NOPAD_BIN, MYSQL_NOPAD_BIN};
+/// The sqlx this backend is built on (0.8.6), so a caller's transaction for `enqueue_in` has
+/// the same types: `taskgate_<backend>::sqlx::Transaction`.
+pub use sqlx;
 
 /// The backend's name in errors and reports.
 pub const NAME: &str = "mysql";

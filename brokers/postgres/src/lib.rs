@@ -59,6 +59,9 @@ pub use migrations::MIGRATIONS;
 pub use options::{
     PgOptions, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_PREFIX,
 };
+/// The sqlx this backend is built on (0.8.6), so a caller's transaction for `enqueue_in` has
+/// the same types: `taskgate_<backend>::sqlx::Transaction`.
+pub use sqlx;
 
 use adapter::PgAdapter;
 use dialect::wake_channel;

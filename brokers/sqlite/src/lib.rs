@@ -46,6 +46,9 @@ pub use dialect::SqliteDialect;
 pub use options::{
     SqliteOptions, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_PREFIX,
 };
+/// The sqlx this backend is built on (0.8.6), so a caller's transaction for `enqueue_in` has
+/// the same types: `taskgate_<backend>::sqlx::Transaction`.
+pub use sqlx;
 
 /// The SQLite migrations, embedded (same numbers and names in every dialect).
 pub static MIGRATIONS: &[Migration] = &[
