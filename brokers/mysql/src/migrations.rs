@@ -20,6 +20,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "names_by_bytes",
         sql: include_str!("../../../migrations/mysql/0003_names_by_bytes.sql"),
     },
+    Migration {
+        version: 5,
+        name: "audit",
+        sql: include_str!("../../../migrations/mysql/0005_audit.sql"),
+    },
 ];
 
 #[cfg(test)]

@@ -20,4 +20,9 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "names_by_bytes",
         sql: include_str!("../../../migrations/postgres/0003_names_by_bytes.sql"),
     },
+    Migration {
+        version: 5,
+        name: "audit",
+        sql: include_str!("../../../migrations/postgres/0005_audit.sql"),
+    },
 ];

@@ -64,6 +64,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "names_by_bytes",
         sql: include_str!("../../../migrations/sqlite/0003_names_by_bytes.sql"),
     },
+    Migration {
+        version: 5,
+        name: "audit",
+        sql: include_str!("../../../migrations/sqlite/0005_audit.sql"),
+    },
 ];
 
 /// What a SQLite broker on `location` declares: quota, `enqueue_in`, and for a file shared
