@@ -67,7 +67,9 @@ pub enum TokenError {
     BadName(String),
     /// The secret is shorter than [`MIN_SECRET_BYTES`], or has whitespace or control
     /// characters.
-    #[error("token {name:?}: the secret must be at least {MIN_SECRET_BYTES} bytes without whitespace")]
+    #[error(
+        "token {name:?}: the secret must be at least {MIN_SECRET_BYTES} bytes without whitespace"
+    )]
     WeakSecret {
         /// The token's name.
         name: String,
@@ -315,7 +317,8 @@ mod tests {
     #[test]
     fn find_matches_only_the_exact_secret() {
         let config =
-            AdminConfig::from_specs(["a:read=0123456789abcdef", "b:write=fedcba9876543210"]).unwrap();
+            AdminConfig::from_specs(["a:read=0123456789abcdef", "b:write=fedcba9876543210"])
+                .unwrap();
         assert_eq!(config.find(b"fedcba9876543210").map(Token::name), Some("b"));
         for wrong in [&b"0123456789abcde"[..], b"0123456789abcdefX", b"", b"0123456789ABCDEF"] {
             assert!(config.find(wrong).is_none(), "{wrong:?}");

@@ -220,7 +220,8 @@ async fn audit_runs_only_where_declared_and_fails_where_declared_but_not_kept() 
     // `Declared` does not forward `audited`: the trait's provided method refuses, so a
     // declaration without an implementation fails the case.
     let caps = Capabilities::NONE.with_audit(true);
-    let got = outcomes(Declaring { caps, provider: false }, &["c50_audit_commits_with_mutation"]).await;
+    let got =
+        outcomes(Declaring { caps, provider: false }, &["c50_audit_commits_with_mutation"]).await;
     match &got[0].1 {
         Outcome::Failed(why) => assert!(why.contains("does not record audits"), "{why}"),
         other => panic!("expected a failure, got {other:?}"),

@@ -148,7 +148,10 @@ pub fn error_code(error: &Error) -> &'static str {
 pub fn records_rejection(error: &Error) -> bool {
     !matches!(
         error.kind(),
-        ErrorKind::InvalidInput | ErrorKind::Backend | ErrorKind::NotInitialized | ErrorKind::Closed
+        ErrorKind::InvalidInput
+            | ErrorKind::Backend
+            | ErrorKind::NotInitialized
+            | ErrorKind::Closed
     )
 }
 

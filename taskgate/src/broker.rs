@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::{
-    AdminAction, AdminOutcome, AuditQuery, AuditRecord, BrokerOptions, Capabilities, Limits, QueueList, QuotaProvider, Result, Status, Task, Timestamp,
+    AdminAction, AdminOutcome, AuditQuery, AuditRecord, BrokerOptions, Capabilities, Limits,
+    QueueList, QuotaProvider, Result, Status, Task, Timestamp,
 };
 
 /// The kind of a worker-reported failure (contract §4.1).

@@ -36,11 +36,11 @@ mod transition;
 pub mod validate;
 pub mod wake;
 
+pub use audit::{AdminAction, AdminOutcome, AuditQuery, AuditRecord};
 pub use broker::{
     AckItem, Broker, Counts, FailKind, Failure, Filter, PruneRequest, QueueStats, ReplayRequest,
     RetryAt, Step,
 };
-pub use audit::{AdminAction, AdminOutcome, AuditQuery, AuditRecord};
 pub use capabilities::Capabilities;
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, Ticker, CONTRACT_EPOCH};
 pub use error::{BoxError, Error, ErrorKind, ExistingTask, Result};

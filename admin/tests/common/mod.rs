@@ -72,7 +72,8 @@ impl Server {
         tokio::spawn(conn);
         let mut request = Request::builder().method(method).uri(path).header("host", "test");
         if let Some(token) = token {
-            let value = if token.contains(' ') { token.to_owned() } else { format!("Bearer {token}") };
+            let value =
+                if token.contains(' ') { token.to_owned() } else { format!("Bearer {token}") };
             request = request.header("authorization", value);
         }
         if body.is_some() {
@@ -102,7 +103,12 @@ impl Server {
         self.raw("GET", path, token, None).await
     }
 
-    pub(crate) async fn post(&self, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, Value) {
         self.raw("POST", path, token, body).await
     }
 }

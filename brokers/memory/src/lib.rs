@@ -53,15 +53,16 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use taskgate::audit::{record_for, records_rejection, validate_action};
 use taskgate::validate::{
     prune_statuses, validate_claim, validate_id, validate_queue, validate_replay_request,
     validate_step, validate_tasks,
 };
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
-use taskgate::audit::{record_for, records_rejection, validate_action};
 use taskgate::{
-    AdminAction, AdminOutcome, AuditQuery, AuditRecord, AckItem, Broker, BrokerOptions, Capabilities, Counts, Failure, Filter, Limits, PruneRequest,
-    QueueList, QuotaConfig, QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
+    AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions,
+    Capabilities, Counts, Failure, Filter, Limits, PruneRequest, QueueList, QuotaConfig, QuotaGate,
+    QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
 };
 
 use crate::prune::Rules;

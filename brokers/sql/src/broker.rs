@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use taskgate::wake::{wait_for_work, Probe};
 use taskgate::audit::{records_rejection, validate_action};
+use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
-    validate, AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions, Capabilities, Counts, Error, Failure, Filter, Limits,
-    PruneRequest, QueueList, QueueStats, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step,
-    StorageBound, Task, Timestamp,
+    validate, AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions,
+    Capabilities, Counts, Error, Failure, Filter, Limits, PruneRequest, QueueList, QueueStats,
+    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, StorageBound, Task, Timestamp,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 

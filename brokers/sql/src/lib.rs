@@ -278,7 +278,8 @@ macro_rules! delegate_broker {
                 &self,
                 actor: &str,
                 action: &$crate::__private::taskgate::AdminAction,
-            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::AdminOutcome> {
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::AdminOutcome>
+            {
                 $crate::__private::taskgate::Broker::audited(&self.$field, actor, action).await
             }
             async fn audit_log(

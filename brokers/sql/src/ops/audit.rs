@@ -99,8 +99,11 @@ pub(crate) async fn log(core: &Core, query: &AuditQuery) -> Result<Vec<AuditReco
             args.extend([as_int(limit), as_int(offset)]);
         }
     }
-    let rows =
-        core.adapter.read(&core.render(&sql), &args, &KINDS).await.map_err(|e| core.backend_error(e))?;
+    let rows = core
+        .adapter
+        .read(&core.render(&sql), &args, &KINDS)
+        .await
+        .map_err(|e| core.backend_error(e))?;
     rows.iter()
         .map(|r| decode(r).map_err(|e| core.backend_error(crate::DbError::Decode(Box::new(e)))))
         .collect()

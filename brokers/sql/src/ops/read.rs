@@ -134,10 +134,9 @@ pub(crate) async fn queue_stats(core: &Core) -> Result<Vec<taskgate::QueueStats>
         let status: Status = decoded(core, c.text(1))?.parse()?;
         let n = u64::try_from(decoded(core, c.int(2))?).unwrap_or(0);
         let min_run_at = Timestamp::from_millis(decoded(core, c.int(3))?);
-        let entry = stats.entry(queue.clone()).or_insert_with(|| taskgate::QueueStats {
-            queue,
-            ..Default::default()
-        });
+        let entry = stats
+            .entry(queue.clone())
+            .or_insert_with(|| taskgate::QueueStats { queue, ..Default::default() });
         entry.counts.insert(status, n);
         if matches!(status, Status::Pending | Status::Retrying) {
             let oldest = entry.oldest_run_at.get_or_insert(min_run_at);
