@@ -17,9 +17,10 @@ use taskgate::{Error, ErrorKind};
 /// | 404 | `task.not_found`, `route.not_found` |
 /// | 409 | `task.already_final`, `task.not_resumable`, `task.replay_not_final`, `task.already_replayed`, `task.completed_not_allowed`, `task.exists`, … |
 /// | 503 | `storage.unavailable`, `broker.closed`, `broker.not_initialized` |
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ApiError {
     #[serde(skip)]
+    #[schema(ignore)]
     status: StatusCode,
     code: String,
     message: String,

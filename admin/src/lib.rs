@@ -16,6 +16,7 @@
 //! | `POST /api/v1/queues/{q}/pause`, `…/resume` | write, unbound | pause or resume claims from a queue |
 //! | `GET /api/v1/stats` | read, unbound | counts by status and by type, paused queues, the broker's time |
 //! | `GET /api/v1/audit` | read, unbound | audit records, newest first; filters `actor`, `action`, `target`; paging as tasks |
+//! | `GET /api/v1/openapi.json` | none | the OpenAPI document ([`openapi::document`]), generated from the code |
 //!
 //! Task views render `payload`, `result` and `cursor` as JSON when the bytes are JSON, else as
 //! base64, with `payload_encoding` (`json` / `base64` / null) and the same for the others;
@@ -49,6 +50,7 @@
 
 mod auth;
 mod error;
+pub mod openapi;
 mod routes;
 mod view;
 
@@ -90,6 +92,7 @@ pub fn router(broker: Arc<dyn Broker>, config: AdminConfig) -> Router {
         .route("/api/v1/queues/{queue}/resume", post(routes::resume_queue))
         .route("/api/v1/stats", get(routes::stats))
         .route("/api/v1/audit", get(routes::audit))
+        .route("/api/v1/openapi.json", get(routes::openapi))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .with_state(state)

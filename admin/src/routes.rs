@@ -60,22 +60,32 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
 }
 
 /// `GET /api/v1/tasks` parameters.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListParams {
+    /// Only this task type.
     #[serde(rename = "type", default)]
     task_type: String,
+    /// Only this queue.
     #[serde(default)]
     queue: String,
+    /// Only this status (`pending`, `blocked`, `running`, `retrying`, `completed`, `failed`,
+    /// `canceled`).
     status: Option<String>,
+    /// Only this owner's tasks (an owner-bound token always filters by its owner).
     #[serde(default)]
     owner: String,
+    /// Only this business key's executions.
     #[serde(default)]
     business_key: String,
+    /// The page, from 1 (default 1).
     page: Option<usize>,
+    /// Tasks per page, 1 to 100 (default 50).
     per_page: Option<usize>,
 }
 
+#[utoipa::path(get, path = "/api/v1/tasks", tag = "tasks", params(ListParams), responses((status = 200, body = TaskPage), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn list_tasks(
     State(state): State<AppState>,
     caller: Caller,
@@ -125,6 +135,7 @@ async fn visible(state: &AppState, caller: &Caller, id: &str) -> Result<Task, Ap
     Ok(task)
 }
 
+#[utoipa::path(get, path = "/api/v1/tasks/{id}", tag = "tasks", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -135,10 +146,15 @@ pub(crate) async fn get_task(
 }
 
 /// Runs an audited action as `caller`.
-async fn act(state: &AppState, caller: &Caller, action: AdminAction) -> Result<AdminOutcome, ApiError> {
+async fn act(
+    state: &AppState,
+    caller: &Caller,
+    action: AdminAction,
+) -> Result<AdminOutcome, ApiError> {
     Ok(state.broker.audited(&caller.name, &action).await?)
 }
 
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/cancel", tag = "tasks", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView, description = "The task after the cancel"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn cancel_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -154,6 +170,7 @@ pub(crate) async fn cancel_task(
     Ok(Json(TaskView::from(&task)))
 }
 
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/resume", tag = "tasks", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView, description = "The resumed task"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn resume_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -171,16 +188,18 @@ pub(crate) async fn resume_task(
 }
 
 /// `POST /api/v1/tasks/{id}/replay` body (optional).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReplayBody {
     /// Allow replaying a completed execution.
     #[serde(default)]
     allow_completed: bool,
     /// The new execution's payload as JSON; absent copies the target's.
+    #[schema(value_type = Option<Value>)]
     payload: Option<serde_json::Value>,
 }
 
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/replay", tag = "tasks", params(("id" = String, Path, description = "Task ID")), request_body(content = Option<ReplayBody>, description = "Optional"), responses((status = 201, body = TaskView, description = "The new execution"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn replay_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -214,7 +233,11 @@ pub(crate) async fn replay_task(
     }
 }
 
-pub(crate) async fn list_queues(State(state): State<AppState>, caller: Caller) -> ApiResult<QueueList> {
+#[utoipa::path(get, path = "/api/v1/queues", tag = "queues", responses((status = 200, body = QueueList), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+pub(crate) async fn list_queues(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> ApiResult<QueueList> {
     caller.require_unbound()?;
     let now = state.broker.now().await?;
     let stats = state.broker.queue_stats().await?;
@@ -255,6 +278,7 @@ async fn queue_action(
     Ok(Json(QueueView::new(&queue, s, paused, now)))
 }
 
+#[utoipa::path(post, path = "/api/v1/queues/{queue}/pause", tag = "queues", params(("queue" = String, Path, description = "Queue name")), responses((status = 200, body = QueueView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn pause_queue(
     State(state): State<AppState>,
     caller: Caller,
@@ -263,6 +287,7 @@ pub(crate) async fn pause_queue(
     queue_action(&state, &caller, queue, true).await
 }
 
+#[utoipa::path(post, path = "/api/v1/queues/{queue}/resume", tag = "queues", params(("queue" = String, Path, description = "Queue name")), responses((status = 200, body = QueueView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn resume_queue(
     State(state): State<AppState>,
     caller: Caller,
@@ -271,6 +296,7 @@ pub(crate) async fn resume_queue(
     queue_action(&state, &caller, queue, false).await
 }
 
+#[utoipa::path(get, path = "/api/v1/stats", tag = "stats", responses((status = 200, body = StatsView), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn stats(State(state): State<AppState>, caller: Caller) -> ApiResult<StatsView> {
     caller.require_unbound()?;
     let now = state.broker.now().await?;
@@ -291,19 +317,26 @@ pub(crate) async fn stats(State(state): State<AppState>, caller: Caller) -> ApiR
 }
 
 /// `GET /api/v1/audit` parameters.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AuditParams {
+    /// Only this actor's records (a token name).
     #[serde(default)]
     actor: String,
+    /// Only this action (`cancel`, `resume`, `replay`, `pause_queue`, `resume_queue`).
     #[serde(default)]
     action: String,
+    /// Only this target (`task:<id>`, `key:<business key>`, `queue:<name>`).
     #[serde(default)]
     target: String,
+    /// The page, from 1 (default 1).
     page: Option<usize>,
+    /// Records per page, 1 to 100 (default 50).
     per_page: Option<usize>,
 }
 
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditParams), responses((status = 200, body = AuditPage), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn audit(
     State(state): State<AppState>,
     caller: Caller,
@@ -331,5 +364,15 @@ pub(crate) async fn not_found() -> ApiError {
 }
 
 pub(crate) async fn method_not_allowed() -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "route.method_not_allowed", "method not allowed here")
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "route.method_not_allowed",
+        "method not allowed here",
+    )
+}
+
+/// `GET /api/v1/openapi.json`: the OpenAPI document (no token needed: it describes the API,
+/// not the data).
+pub(crate) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(crate::openapi::document())
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use taskgate::{AuditRecord, QueueStats, Status, Task, Timestamp};
 
 /// How a byte field (payload, result, cursor) is rendered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     /// The bytes are valid UTF-8 JSON; the field holds that JSON value.
@@ -41,7 +41,7 @@ fn opt_time(t: Option<Timestamp>) -> Option<String> {
 }
 
 /// One task.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct TaskView {
     /// Execution ID.
     pub id: String,
@@ -51,6 +51,7 @@ pub struct TaskView {
     /// Queue.
     pub queue: String,
     /// Status (`pending`, `blocked`, `running`, `retrying`, `completed`, `failed`, `canceled`).
+    #[schema(value_type = String, example = "pending")]
     pub status: Status,
     /// Submitting owner (empty when none).
     pub owner: String,
@@ -59,14 +60,17 @@ pub struct TaskView {
     /// The execution this one replays (empty when none).
     pub replay_of: String,
     /// Payload: JSON, base64 (see `payload_encoding`) or null.
+    #[schema(value_type = Value)]
     pub payload: Value,
     /// `json` or `base64`; null when there is no payload.
     pub payload_encoding: Option<Encoding>,
     /// Result, rendered like the payload.
+    #[schema(value_type = Value)]
     pub result: Value,
     /// `json` or `base64`; null when there is no result.
     pub result_encoding: Option<Encoding>,
     /// Step checkpoint, rendered like the payload.
+    #[schema(value_type = Value)]
     pub cursor: Value,
     /// `json` or `base64`; null when there is no cursor.
     pub cursor_encoding: Option<Encoding>,
@@ -144,7 +148,7 @@ impl From<&Task> for TaskView {
 }
 
 /// A page of tasks.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct TaskPage {
     /// The tasks, in `(created_at, id)` order.
     pub tasks: Vec<TaskView>,
@@ -157,7 +161,7 @@ pub struct TaskPage {
 }
 
 /// One queue.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct QueueView {
     /// The queue's name.
     pub name: String,
@@ -168,6 +172,7 @@ pub struct QueueView {
     /// Claims from this queue are paused.
     pub paused: bool,
     /// Tasks by status (every status, zeros included).
+    #[schema(value_type = BTreeMap<String, u64>)]
     pub counts: BTreeMap<Status, u64>,
     /// How long the oldest ready task has waited, in milliseconds (null when none is ready).
     pub oldest_ready_age_ms: Option<i64>,
@@ -175,7 +180,12 @@ pub struct QueueView {
 
 impl QueueView {
     /// The view of `stats` (or of an empty queue named `name`) at `now`.
-    pub(crate) fn new(name: &str, stats: Option<&QueueStats>, paused: bool, now: Timestamp) -> Self {
+    pub(crate) fn new(
+        name: &str,
+        stats: Option<&QueueStats>,
+        paused: bool,
+        now: Timestamp,
+    ) -> Self {
         let mut counts: BTreeMap<Status, u64> = Status::ALL.iter().map(|s| (*s, 0)).collect();
         if let Some(s) = stats {
             counts.extend(s.counts.iter().map(|(k, v)| (*k, *v)));
@@ -193,7 +203,7 @@ impl QueueView {
 }
 
 /// Every queue.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct QueueList {
     /// The queues that hold tasks or are paused, by name.
     pub queues: Vec<QueueView>,
@@ -202,22 +212,24 @@ pub struct QueueList {
 }
 
 /// The whole store at a glance.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct StatsView {
     /// The backend (`memory`, `sqlite`, `postgres`, `mysql`).
     pub backend: String,
     /// The broker's time (RFC 3339).
     pub now: String,
     /// Tasks by status over every type (every status, zeros included).
+    #[schema(value_type = BTreeMap<String, u64>)]
     pub totals: BTreeMap<Status, u64>,
     /// Tasks by type, then status.
+    #[schema(value_type = BTreeMap<String, BTreeMap<String, u64>>)]
     pub by_type: BTreeMap<String, BTreeMap<Status, u64>>,
     /// Paused queues.
     pub paused_queues: Vec<String>,
 }
 
 /// One audit record.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct AuditView {
     /// The record's ID.
     pub id: String,
@@ -250,7 +262,7 @@ impl From<AuditRecord> for AuditView {
 }
 
 /// A page of audit records.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct AuditPage {
     /// The records, newest first.
     pub records: Vec<AuditView>,

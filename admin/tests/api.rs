@@ -48,14 +48,22 @@ async fn mysql() {
 /// payload), b1 (email/mail, owner bob), c1 (report/reports, due tomorrow), d1
 /// (report/reports, completed with a JSON result), and 105 bulk tasks p000…p104 (noop/bulk).
 async fn seed(broker: &dyn Broker) -> taskgate::Result<()> {
-    broker.enqueue(&Task::new("email", "mail").with_id("a1").with_owner("alice").with_payload(
-        br#"{"to":"a@example.com","n":1}"#.to_vec(),
-    ))
-    .await?;
-    broker.enqueue(&Task::new("email", "mail").with_id("a2").with_owner("alice").with_payload(
-        vec![0xff, 0x00, 0x01],
-    ))
-    .await?;
+    broker
+        .enqueue(
+            &Task::new("email", "mail")
+                .with_id("a1")
+                .with_owner("alice")
+                .with_payload(br#"{"to":"a@example.com","n":1}"#.to_vec()),
+        )
+        .await?;
+    broker
+        .enqueue(
+            &Task::new("email", "mail")
+                .with_id("a2")
+                .with_owner("alice")
+                .with_payload(vec![0xff, 0x00, 0x01]),
+        )
+        .await?;
     broker.enqueue(&Task::new("email", "mail").with_id("b1").with_owner("bob")).await?;
     // c1 waits a day, so the claim takes d1 although c1 was submitted first.
     let tomorrow = broker.now().await?.saturating_add(std::time::Duration::from_secs(86_400));
@@ -102,11 +110,19 @@ async fn auth(s: &Server) {
     assert_eq!((status, body["code"].as_str()), (401, Some("auth.invalid")), "{body}");
     let (status, _) = s.get("/api/v1/tasks", Some(VIEWER)).await;
     assert_eq!(status, 200, "a read token reads");
-    for path in ["/api/v1/tasks/a1/cancel", "/api/v1/tasks/a1/resume", "/api/v1/tasks/d1/replay",
-        "/api/v1/queues/mail/pause", "/api/v1/queues/mail/resume"]
-    {
+    for path in [
+        "/api/v1/tasks/a1/cancel",
+        "/api/v1/tasks/a1/resume",
+        "/api/v1/tasks/d1/replay",
+        "/api/v1/queues/mail/pause",
+        "/api/v1/queues/mail/resume",
+    ] {
         let (status, body) = s.post(path, Some(VIEWER), None).await;
-        assert_eq!((status, body["code"].as_str()), (403, Some("auth.forbidden")), "{path}: {body}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (403, Some("auth.forbidden")),
+            "{path}: {body}"
+        );
         let (status, _) = s.post(path, None, None).await;
         assert_eq!(status, 401, "{path} without a token");
     }
@@ -114,7 +130,12 @@ async fn auth(s: &Server) {
 }
 
 fn ids(body: &Value) -> Vec<String> {
-    body["tasks"].as_array().expect("tasks").iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect()
+    body["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 async fn listing(s: &Server) {
@@ -127,7 +148,8 @@ async fn listing(s: &Server) {
     assert_eq!(ids(&body), ["c1", "d1"], "type filter, created order");
     let (_, body) = s.get("/api/v1/tasks?status=completed", Some(OPS)).await;
     assert_eq!(ids(&body), ["d1"], "status filter");
-    let (_, body) = s.get("/api/v1/tasks?type=email&owner=alice&queue=mail&status=pending", Some(OPS)).await;
+    let (_, body) =
+        s.get("/api/v1/tasks?type=email&owner=alice&queue=mail&status=pending", Some(OPS)).await;
     assert_eq!(ids(&body), ["a1", "a2"], "filters combine");
     let (_, body) = s.get("/api/v1/tasks?business_key=none", Some(OPS)).await;
     assert_eq!(ids(&body), Vec::<String>::new(), "business key filter");
@@ -155,7 +177,10 @@ async fn reading(s: &Server) {
     assert_eq!(body["payload"], json!({"to": "a@example.com", "n": 1}), "JSON payload round trip");
     insta::assert_json_snapshot!("task_json_payload", common::scrub(body));
     let (_, body) = s.get("/api/v1/tasks/a2", Some(VIEWER)).await;
-    assert_eq!((body["payload"].as_str(), body["payload_encoding"].as_str()), (Some("/wAB"), Some("base64")));
+    assert_eq!(
+        (body["payload"].as_str(), body["payload_encoding"].as_str()),
+        (Some("/wAB"), Some("base64"))
+    );
     let (_, body) = s.get("/api/v1/tasks/d1", Some(VIEWER)).await;
     assert_eq!((&body["result"], &body["status"]), (&json!({"rows": 42}), &json!("completed")));
     insta::assert_json_snapshot!("task_completed", common::scrub(body));
@@ -177,7 +202,12 @@ async fn bad_input(s: &Server) {
         ("GET", "/api/v1/tasks?per_page=0".into(), 400, "input.invalid"),
         ("GET", "/api/v1/tasks?per_page=abc".into(), 400, "input.invalid"),
         ("GET", "/api/v1/tasks?page=-1".into(), 400, "input.invalid"),
-        ("GET", "/api/v1/tasks?page=18446744073709551615&per_page=100".into(), 400, "input.invalid"),
+        (
+            "GET",
+            "/api/v1/tasks?page=18446744073709551615&per_page=100".into(),
+            400,
+            "input.invalid",
+        ),
         ("GET", "/api/v1/tasks?colour=red".into(), 400, "input.invalid"),
         ("GET", "/api/v1/audit?per_page=1000".into(), 400, "input.invalid"),
         ("GET", format!("/api/v1/tasks/{long}"), 400, "input.invalid"),
@@ -212,7 +242,11 @@ async fn mutations(s: &Server, broker: &dyn Broker) {
     assert_eq!(broker.get("a1").await.unwrap().status, Status::Canceled);
 
     let (status, body) = s.post("/api/v1/tasks/a1/resume", Some(OPS), None).await;
-    assert_eq!((status, body["status"].as_str(), body["attempts"].as_u64()), (200, Some("pending"), Some(0)), "{body}");
+    assert_eq!(
+        (status, body["status"].as_str(), body["attempts"].as_u64()),
+        (200, Some("pending"), Some(0)),
+        "{body}"
+    );
     assert_eq!(body["resumes"], json!(1));
     assert_eq!(audit_count(broker).await, n + 2, "one audit row per resume");
 
@@ -227,7 +261,11 @@ async fn mutations(s: &Server, broker: &dyn Broker) {
     let (status, body) = s.post("/api/v1/tasks/zz/cancel", Some(OPS), None).await;
     assert_eq!((status, body["code"].as_str()), (404, Some("task.not_found")), "{body}");
     let (status, body) = s.post("/api/v1/tasks/d1/replay", Some(OPS), None).await;
-    assert_eq!((status, body["code"].as_str()), (409, Some("task.completed_not_allowed")), "{body}");
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("task.completed_not_allowed")),
+        "{body}"
+    );
     assert_eq!(audit_count(broker).await, n + 6);
 
     let replay = r#"{"allow_completed": true, "payload": {"again": true}}"#;
@@ -239,36 +277,48 @@ async fn mutations(s: &Server, broker: &dyn Broker) {
     assert_eq!((status, body["code"].as_str()), (409, Some("task.already_replayed")), "{body}");
     assert_eq!(audit_count(broker).await, n + 8, "one row per mutation, rejected or not");
     let log = broker.audit_log(&AuditQuery { limit: 8, ..Default::default() }).await.unwrap();
-    let got: Vec<(&str, &str, &str, &str)> = log.iter().rev()
-        .map(|r| (r.actor.as_str(), r.action.as_str(), r.target.as_str(), r.outcome.as_str())).collect();
-    assert_eq!(got, [
-        ("ops", "cancel", "task:a1", "ok"),
-        ("ops", "resume", "task:a1", "ok"),
-        ("ops", "resume", "task:d1", "task.not_resumable"),
-        ("ops", "cancel", "task:d1", "task.already_final"),
-        ("ops", "cancel", "task:zz", "task.not_found"),
-        ("ops", "replay", "task:d1", "task.completed_not_allowed"),
-        ("ops", "replay", "task:d1", "ok"),
-        ("ops", "replay", "task:d1", "task.already_replayed"),
-    ]);
+    let got: Vec<(&str, &str, &str, &str)> = log
+        .iter()
+        .rev()
+        .map(|r| (r.actor.as_str(), r.action.as_str(), r.target.as_str(), r.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("ops", "cancel", "task:a1", "ok"),
+            ("ops", "resume", "task:a1", "ok"),
+            ("ops", "resume", "task:d1", "task.not_resumable"),
+            ("ops", "cancel", "task:d1", "task.already_final"),
+            ("ops", "cancel", "task:zz", "task.not_found"),
+            ("ops", "replay", "task:d1", "task.completed_not_allowed"),
+            ("ops", "replay", "task:d1", "ok"),
+            ("ops", "replay", "task:d1", "task.already_replayed"),
+        ]
+    );
 }
 
 async fn queues(s: &Server, broker: &dyn Broker) {
     let (status, body) = s.get("/api/v1/queues", Some(VIEWER)).await;
     assert_eq!(status, 200, "{body}");
-    let names: Vec<&str> = body["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        body["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["bulk", "mail", "reports"]);
     insta::assert_json_snapshot!("queues", common::scrub(body));
     let n = audit_count(broker).await;
     let (status, body) = s.post("/api/v1/queues/mail/pause", Some(OPS), None).await;
-    assert_eq!((status, &body["paused"], &body["length"]), (200, &json!(true), &json!(3)), "{body}");
+    assert_eq!(
+        (status, &body["paused"], &body["length"]),
+        (200, &json!(true), &json!(3)),
+        "{body}"
+    );
     assert_eq!(broker.paused_queues().await.unwrap(), ["mail"]);
     let (_, body) = s.get("/api/v1/queues", Some(VIEWER)).await;
     assert_eq!(body["queues"][1]["paused"], json!(true), "{body}");
     let (status, body) = s.post("/api/v1/queues/idle/pause", Some(OPS), None).await;
     assert_eq!((status, &body["length"]), (200, &json!(0)), "an empty queue can be paused: {body}");
     let (_, body) = s.get("/api/v1/queues", Some(VIEWER)).await;
-    let names: Vec<&str> = body["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        body["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["bulk", "idle", "mail", "reports"], "a paused empty queue is listed");
     for q in ["mail", "idle"] {
         let (status, body) = s.post(&format!("/api/v1/queues/{q}/resume"), Some(OPS), None).await;
@@ -294,17 +344,28 @@ async fn owner_bound(s: &Server, broker: &dyn Broker) {
         ("GET", "/api/v1/tasks/c1"),
     ] {
         let (status, body) = s.raw(method, path, Some(ALICE), None).await;
-        assert_eq!((status, body["code"].as_str()), (404, Some("task.not_found")), "{method} {path}: {body}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("task.not_found")),
+            "{method} {path}: {body}"
+        );
         let id = path.split('/').nth(4).unwrap_or_default();
         let alike = format!("task not found: {id}");
         assert_eq!(body["message"].as_str(), Some(&*alike), "an alien task looks missing");
     }
     assert_eq!(broker.get("b1").await.unwrap().status, Status::Pending, "bob's task untouched");
-    for (method, path) in [("GET", "/api/v1/queues"), ("GET", "/api/v1/stats"), ("GET", "/api/v1/audit"),
-        ("POST", "/api/v1/queues/mail/pause")]
-    {
+    for (method, path) in [
+        ("GET", "/api/v1/queues"),
+        ("GET", "/api/v1/stats"),
+        ("GET", "/api/v1/audit"),
+        ("POST", "/api/v1/queues/mail/pause"),
+    ] {
         let (status, body) = s.raw(method, path, Some(ALICE), None).await;
-        assert_eq!((status, body["code"].as_str()), (403, Some("auth.forbidden")), "{path}: {body}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (403, Some("auth.forbidden")),
+            "{path}: {body}"
+        );
     }
     assert_eq!(audit_count(broker).await, n, "refused requests write no audit row");
     let (status, body) = s.post("/api/v1/tasks/a2/cancel", Some(ALICE), None).await;
@@ -319,8 +380,44 @@ async fn audit_endpoint(s: &Server) {
     assert_eq!((status, body["has_more"].as_bool()), (200, Some(true)), "{body}");
     insta::assert_json_snapshot!("audit_page", common::scrub(body));
     let (_, body) = s.get("/api/v1/audit?action=pause_queue", Some(VIEWER)).await;
-    let targets: Vec<&str> = body["records"].as_array().unwrap().iter().map(|r| r["target"].as_str().unwrap()).collect();
+    let targets: Vec<&str> =
+        body["records"].as_array().unwrap().iter().map(|r| r["target"].as_str().unwrap()).collect();
     assert_eq!(targets, ["queue:idle", "queue:mail"], "newest first, filtered by action");
-    let (_, body) = s.get("/api/v1/audit?target=task:d1&actor=ops&per_page=100", Some(VIEWER)).await;
+    let (_, body) =
+        s.get("/api/v1/audit?target=task:d1&actor=ops&per_page=100", Some(VIEWER)).await;
     assert_eq!(body["records"].as_array().unwrap().len(), 5, "{body}");
+}
+
+/// The OpenAPI document: served without a token, generated from the code (snapshot), and
+/// naming every endpoint the router serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document() {
+    run(Arc::new(taskgate_memory::testing::MemoryFactory), |broker| async move {
+        let server = Server::start(broker, config()).await;
+        let (status, body) = server.get("/api/v1/openapi.json", None).await;
+        assert_eq!(status, 200, "{body}");
+        let expected = serde_json::to_value(taskgate_admin::openapi::document())?;
+        assert_eq!(body, expected, "the served document is the generated one");
+        let paths: Vec<&str> =
+            body["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
+        assert_eq!(
+            paths,
+            [
+                "/api/v1/audit",
+                "/api/v1/queues",
+                "/api/v1/queues/{queue}/pause",
+                "/api/v1/queues/{queue}/resume",
+                "/api/v1/stats",
+                "/api/v1/tasks",
+                "/api/v1/tasks/{id}",
+                "/api/v1/tasks/{id}/cancel",
+                "/api/v1/tasks/{id}/replay",
+                "/api/v1/tasks/{id}/resume",
+            ]
+        );
+        insta::assert_json_snapshot!("openapi", body);
+        server.stop().await;
+        Ok(())
+    })
+    .await;
 }
