@@ -84,6 +84,7 @@ pub(crate) fn capabilities(
     let file = matches!(location, options::Location::File(_));
     Capabilities::NONE
         .with_quota(true)
+        .with_audit(true)
         .with_transactional_enqueue(true)
         .with_shared_storage(file)
         .with_durable(file)
@@ -160,7 +161,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_is_shared_and_durable_memory_is_neither() -> taskgate::Result<()> {
-        let base = Capabilities::NONE.with_quota(true).with_transactional_enqueue(true);
+        let base =
+            Capabilities::NONE.with_quota(true).with_audit(true).with_transactional_enqueue(true);
         let memory: Arc<dyn Broker> = Arc::new(SqliteBroker::connect("sqlite::memory:").await?);
         assert_eq!(memory.capabilities(), base);
         let dir = tempfile::tempdir().map_err(|e| taskgate::Error::backend("sqlite", e))?;
