@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs one backend's tests (its contract suite, model test, history checker and own tests) and
 # prints how many contract cases ran and passed. Usage: ci/backend.sh local|postgres|mysql
-#   local    — core, memory, SQLite, the engine, brokertest, the CLI, the runtime and the
-#              examples (no server needed)
+#   local    — core, memory, SQLite, the engine, brokertest, the CLI, the runtime, the examples
+#              and the admin API (no server needed; the admin API's PostgreSQL and MySQL tests
+#              skip loudly without URLs)
 #   postgres — needs TASKGATE_PG_URL (or Docker for testcontainers)
 #   mysql    — needs TASKGATE_MYSQL_URL (or Docker for testcontainers)
 set -euo pipefail
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 case "${1:-}" in
   local) packages=(-p taskgate -p taskgate-memory -p brokertest -p taskgate-sql -p taskgate-sqlite -p taskgate-cli
-                  -p taskgate-worker -p taskgate-examples)
+                  -p taskgate-worker -p taskgate-examples -p taskgate-admin)
          backends=(memory sqlite) ;;
   postgres) packages=(-p taskgate-postgres); backends=(postgres) ;;
   mysql) packages=(-p taskgate-mysql); backends=(mysql) ;;

@@ -26,7 +26,8 @@ pub const PG_URL_VAR: &str = "TASKGATE_PG_URL";
 pub const MYSQL_URL_VAR: &str = "TASKGATE_MYSQL_URL";
 
 /// The tables of one prefix, children first (dropped when a bed closes).
-const TABLES: [&str; 5] = ["task_deps", "paused_queues", "quota", "tasks", "schema_migrations"];
+const TABLES: [&str; 6] =
+    ["task_deps", "paused_queues", "quota", "audit", "tasks", "schema_migrations"];
 
 /// One taskgate backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

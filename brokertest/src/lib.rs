@@ -9,7 +9,7 @@
 //! ```
 //!
 //! which expands to one `#[tokio::test]` per case with the stable names `c01_round_trip` …
-//! `c50_priority_range`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
+//! `c52_queue_stats`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
 //! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
 //! same list in-process and reports per case; `taskgate check <url>` prints that report.
 //!
@@ -144,6 +144,8 @@ pub enum Need {
     /// Writes on one handle wake waiting claimers of another at once
     /// (`capabilities().cross_process_wakeups`).
     CrossProcessWakeups,
+    /// Audited operator actions (`capabilities().audit`).
+    Audit,
 }
 
 impl Need {
@@ -152,6 +154,7 @@ impl Need {
         match self {
             Need::Quota => caps.quota,
             Need::CrossProcessWakeups => caps.cross_process_wakeups,
+            Need::Audit => caps.audit,
         }
     }
 
@@ -178,6 +181,7 @@ impl std::fmt::Display for Need {
         f.write_str(match self {
             Need::Quota => "quota",
             Need::CrossProcessWakeups => "cross-process wake-ups",
+            Need::Audit => "audit",
         })
     }
 }
@@ -280,6 +284,8 @@ macro_rules! __with_cases {
             c48_priority_orders_claims,
             c49_priority_survives_retry_and_replay,
             c50_priority_range,
+            c51_audit_commits_with_mutation,
+            c52_queue_stats,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

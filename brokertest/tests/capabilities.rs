@@ -208,3 +208,22 @@ async fn a_declared_server_clock_or_shared_storage_needs_its_test_hook() {
         other => panic!("expected a failure, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_runs_only_where_declared_and_fails_where_declared_but_not_kept() {
+    let none = Declaring { caps: Capabilities::NONE, provider: false };
+    let got = outcomes(none, &["c51_audit_commits_with_mutation"]).await;
+    match &got[0].1 {
+        Outcome::Unsupported(why) => assert_eq!(why, "declaring declares no audit"),
+        other => panic!("expected unsupported, got {other:?}"),
+    }
+    // `Declared` does not forward `audited`: the trait's provided method refuses, so a
+    // declaration without an implementation fails the case.
+    let caps = Capabilities::NONE.with_audit(true);
+    let got =
+        outcomes(Declaring { caps, provider: false }, &["c51_audit_commits_with_mutation"]).await;
+    match &got[0].1 {
+        Outcome::Failed(why) => assert!(why.contains("does not record audits"), "{why}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}

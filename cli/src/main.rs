@@ -1,6 +1,7 @@
 //! `taskgate`: the operator's command line. Verbs that look at and act on a queue's tasks
 //! (`list`, `get`, `cancel`, `resume`, `replay`, `pause`, `unpause`, `stats`, `prune`,
-//! `migrate`) and `check`, which runs the whole contract suite against a backend.
+//! `migrate`), `check`, which runs the whole contract suite against a backend, and `serve`, the
+//! admin HTTP API.
 //!
 //! Every verb is one variant of [`Command`] and one `async fn(args, &Context) -> Outcome`;
 //! adding a verb is adding both and one line in [`Command::run`].
@@ -18,7 +19,7 @@ use clap::{Parser, Subcommand};
 
 use error::{Outcome, EXIT_DATABASE, EXIT_REFUSED};
 use output::Format;
-use verbs::{migrate, prune, queues, tasks};
+use verbs::{migrate, prune, queues, serve, tasks};
 
 /// taskgate: a durable task broker with one behavioural contract.
 #[derive(Debug, Parser)]
@@ -74,6 +75,8 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// Run the contract suite against a backend and print one line per case as it finishes.
     Check(check::CheckArgs),
+    /// Serve the admin HTTP API (`/api/v1`, bearer tokens, audited mutations) until Ctrl-C.
+    Serve(serve::ServeArgs),
 }
 
 impl Command {
@@ -90,6 +93,7 @@ impl Command {
             Command::Prune(args) => prune::prune(args, ctx).await,
             Command::Migrate(args) => migrate::migrate(args, ctx).await,
             Command::Check(args) => check::run(args, ctx).await,
+            Command::Serve(args) => serve::serve(args, ctx).await,
         }
     }
 }

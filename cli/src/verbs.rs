@@ -3,4 +3,5 @@
 pub(crate) mod migrate;
 pub(crate) mod prune;
 pub(crate) mod queues;
+pub(crate) mod serve;
 pub(crate) mod tasks;

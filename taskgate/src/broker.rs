@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::{
-    BrokerOptions, Capabilities, Limits, QueueList, QuotaProvider, Result, Status, Task, Timestamp,
+    AdminAction, AdminOutcome, AuditQuery, AuditRecord, BrokerOptions, Capabilities, Limits,
+    QueueList, QuotaProvider, Result, Status, Task, Timestamp,
 };
 
 /// The kind of a worker-reported failure (contract §4.1).
@@ -209,6 +210,18 @@ impl Filter {
 /// Task counts by type, then status (contract §7.4). Only existing combinations appear.
 pub type Counts = BTreeMap<String, BTreeMap<Status, u64>>;
 
+/// One queue's tasks by status and its oldest claimable time ([`Broker::queue_stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The queue.
+    pub queue: String,
+    /// Its tasks by status; only statuses with tasks appear.
+    pub counts: BTreeMap<Status, u64>,
+    /// The earliest `run_at` among its `pending` and `retrying` tasks (delayed ones included):
+    /// when it is not after the broker's now, the task behind it has been ready that long.
+    pub oldest_run_at: Option<Timestamp>,
+}
+
 /// One item of [`Broker::ack_many`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AckItem {
@@ -391,6 +404,50 @@ pub trait Broker: Send + Sync {
     /// `InvalidInput` naming the field. `NotInitialized` before `init`, `Closed` after
     /// `close`.
     fn limits(&self) -> Result<Limits>;
+
+    /// Every queue that holds tasks, sorted by name (bytes), with its counts by status and the
+    /// earliest `run_at` of its pending and retrying tasks (extensions §E13, the admin API's
+    /// queue view). A read, like [`Broker::counts`]: it may scan every task.
+    ///
+    /// Provided: computed from [`Broker::list`] of every task. SQL backends answer it with one
+    /// grouped query.
+    async fn queue_stats(&self) -> Result<Vec<QueueStats>> {
+        let mut stats: BTreeMap<String, QueueStats> = BTreeMap::new();
+        for task in self.list(&Filter::default()).await? {
+            let entry = stats.entry(task.queue.clone()).or_insert_with(|| QueueStats {
+                queue: task.queue.clone(),
+                ..QueueStats::default()
+            });
+            *entry.counts.entry(task.status).or_default() += 1;
+            if matches!(task.status, Status::Pending | Status::Retrying) {
+                let oldest = entry.oldest_run_at.get_or_insert(task.run_at);
+                *oldest = (*oldest).min(task.run_at);
+            }
+        }
+        let mut stats: Vec<QueueStats> = stats.into_values().collect();
+        stats.sort_unstable_by(|a, b| a.queue.as_bytes().cmp(b.queue.as_bytes()));
+        Ok(stats)
+    }
+
+    /// Performs an operator's `action` as `actor` and records it (extensions §E13, module
+    /// [`audit`](crate::audit)): a change and its [`AuditRecord`] commit in one atomic unit; an
+    /// action the contract rejects changes nothing, records its error code as the outcome and
+    /// returns the error; bad input and storage failures record nothing.
+    ///
+    /// Provided: fails with `InvalidInput` (field `audit`) on a backend whose
+    /// [`Capabilities::audit`] is false. Every backend of this workspace implements it.
+    async fn audited(&self, actor: &str, action: &AdminAction) -> Result<AdminOutcome> {
+        let _ = (actor, action);
+        Err(crate::Error::invalid("audit", format!("{} does not record audits", self.backend())))
+    }
+
+    /// The audit records matching `query`, newest first.
+    ///
+    /// Provided: fails like [`Broker::audited`] where [`Capabilities::audit`] is false.
+    async fn audit_log(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        let _ = query;
+        Err(crate::Error::invalid("audit", format!("{} does not record audits", self.backend())))
+    }
 
     /// The periodic-quota capability, when the backend has it (contract §9).
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {

@@ -35,6 +35,11 @@ pub struct Capabilities {
     /// machine judges leases and delays by one clock, and
     /// [`Broker::now`](crate::Broker::now) asks the server.
     pub server_clock: bool,
+    /// Audited operator mutations (extensions §E13):
+    /// [`Broker::audited`](crate::Broker::audited) writes each action's
+    /// [`AuditRecord`](crate::AuditRecord) in the task storage, in the same atomic unit as the
+    /// change, and [`Broker::audit_log`](crate::Broker::audit_log) reads them back.
+    pub audit: bool,
 }
 
 impl Capabilities {
@@ -46,6 +51,7 @@ impl Capabilities {
         shared_storage: false,
         durable: false,
         server_clock: false,
+        audit: false,
     };
 
     /// Sets [`Capabilities::quota`].
@@ -75,6 +81,12 @@ impl Capabilities {
     /// Sets [`Capabilities::durable`].
     pub const fn with_durable(mut self, on: bool) -> Self {
         self.durable = on;
+        self
+    }
+
+    /// Sets [`Capabilities::audit`].
+    pub const fn with_audit(mut self, on: bool) -> Self {
+        self.audit = on;
         self
     }
 

@@ -18,6 +18,7 @@
 //! assert_eq!(d, decide::SubmitDecision::Canceled { last_error: "parent b failed".into() });
 //! ```
 
+pub mod audit;
 pub mod backoff;
 mod broker;
 mod capabilities;
@@ -35,8 +36,10 @@ mod transition;
 pub mod validate;
 pub mod wake;
 
+pub use audit::{AdminAction, AdminOutcome, AuditQuery, AuditRecord};
 pub use broker::{
-    AckItem, Broker, Counts, FailKind, Failure, Filter, PruneRequest, ReplayRequest, RetryAt, Step,
+    AckItem, Broker, Counts, FailKind, Failure, Filter, PruneRequest, QueueStats, ReplayRequest,
+    RetryAt, Step,
 };
 pub use capabilities::Capabilities;
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, Ticker, CONTRACT_EPOCH};

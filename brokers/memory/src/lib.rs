@@ -53,14 +53,16 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use taskgate::audit::{record_for, records_rejection, validate_action};
 use taskgate::validate::{
     prune_statuses, validate_claim, validate_id, validate_queue, validate_replay_request,
     validate_step, validate_tasks,
 };
 use taskgate::wake::{wait_for_work, Lifecycle, Probe};
 use taskgate::{
-    AckItem, Broker, BrokerOptions, Capabilities, Counts, Failure, Filter, Limits, PruneRequest,
-    QueueList, QuotaConfig, QuotaGate, QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
+    AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions,
+    Capabilities, Counts, Failure, Filter, Limits, PruneRequest, QueueList, QuotaConfig, QuotaGate,
+    QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
 };
 
 use crate::prune::Rules;
@@ -297,9 +299,47 @@ impl Broker for MemoryBroker {
         Ok(u64::try_from(total).unwrap_or(u64::MAX))
     }
 
+    async fn audited(&self, actor: &str, action: &AdminAction) -> Result<AdminOutcome> {
+        let limits = self.inner.life.options()?.limits;
+        validate_action(actor, action, &limits)?;
+        // The action and its record in one critical section: both or neither.
+        self.write(|txn| {
+            let result = match action {
+                AdminAction::Cancel { id } => txn.cancel(id).map(|()| AdminOutcome::Done),
+                AdminAction::Resume { id } => txn.resume(id).map(|t| AdminOutcome::Task(t.into())),
+                AdminAction::Replay(request) => {
+                    txn.replay(request).map(|t| AdminOutcome::Task(t.into()))
+                }
+                AdminAction::PauseQueue { queue } => {
+                    txn.state.paused.insert(queue.clone());
+                    Ok(AdminOutcome::Done)
+                }
+                AdminAction::ResumeQueue { queue } => {
+                    if txn.state.paused.remove(queue) {
+                        txn.wake_waiters();
+                    }
+                    Ok(AdminOutcome::Done)
+                }
+            };
+            if result.as_ref().err().is_none_or(records_rejection) {
+                let record = record_for(actor, action, txn.now, result.as_ref());
+                txn.state.audit.push(record);
+            }
+            result
+        })
+    }
+
+    async fn audit_log(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        self.read(|state| {
+            let matching = state.audit.iter().rev().filter(|r| query.matches(r)).skip(query.offset);
+            let limit = if query.limit == 0 { usize::MAX } else { query.limit };
+            matching.take(limit).cloned().collect()
+        })
+    }
+
     fn capabilities(&self) -> Capabilities {
         // Quota only: one process, nothing persisted, the local (or injected) clock.
-        Capabilities::NONE.with_quota(true)
+        Capabilities::NONE.with_quota(true).with_audit(true)
     }
 
     fn limits(&self) -> Result<Limits> {

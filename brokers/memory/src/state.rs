@@ -187,6 +187,8 @@ pub(crate) struct State {
     pub(crate) paused: BTreeSet<String>,
     /// Quota counters: key → windows.
     pub(crate) quota: HashMap<String, QuotaWindows>,
+    /// Audit records of operator actions, oldest first (§E13).
+    pub(crate) audit: Vec<taskgate::AuditRecord>,
 }
 
 impl State {

@@ -322,9 +322,9 @@ fn reaper_repairs_tasks_left_blocked() {
 }
 
 #[test]
-fn declares_quota_and_nothing_else() {
+fn declares_quota_and_audit_and_nothing_else() {
     let broker = crate::MemoryBroker::new();
     let caps = taskgate::Broker::capabilities(&broker);
-    assert_eq!(caps, taskgate::Capabilities::NONE.with_quota(true));
+    assert_eq!(caps, taskgate::Capabilities::NONE.with_quota(true).with_audit(true));
     assert!(taskgate::Broker::quota_provider(&broker).is_some(), "quota declared, quota given");
 }

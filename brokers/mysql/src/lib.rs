@@ -106,10 +106,11 @@ pub use sqlx;
 pub const NAME: &str = "mysql";
 
 /// What a MySQL broker declares ([`Broker::capabilities`](taskgate::Broker::capabilities)):
-/// quota, `enqueue_in`, shared durable storage and the server's clock; other processes' writes
+/// quota, audit, `enqueue_in`, shared durable storage and the server's clock; other processes' writes
 /// are found by polling (no cross-process wake-ups).
 pub const CAPABILITIES: Capabilities = Capabilities::NONE
     .with_quota(true)
+    .with_audit(true)
     .with_transactional_enqueue(true)
     .with_shared_storage(true)
     .with_durable(true)
@@ -242,6 +243,7 @@ mod tests {
         assert_eq!(broker.capabilities(), CAPABILITIES);
         let everything = Capabilities::NONE
             .with_quota(true)
+            .with_audit(true)
             .with_transactional_enqueue(true)
             .with_shared_storage(true)
             .with_durable(true)

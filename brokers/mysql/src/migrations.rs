@@ -25,6 +25,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "priority",
         sql: include_str!("../../../migrations/mysql/0004_priority.sql"),
     },
+    Migration {
+        version: 5,
+        name: "audit",
+        sql: include_str!("../../../migrations/mysql/0005_audit.sql"),
+    },
 ];
 
 #[cfg(test)]

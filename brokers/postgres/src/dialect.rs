@@ -236,10 +236,14 @@ mod tests {
         assert!(!ddl.contains("{prefix}"));
         let versions: Vec<(i64, &str)> =
             crate::MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
-        assert_eq!(
-            versions,
-            vec![(1, "initial"), (2, "steps_pause_owner"), (3, "names_by_bytes"), (4, "priority")]
-        );
+        let expected = [
+            (1, "initial"),
+            (2, "steps_pause_owner"),
+            (3, "names_by_bytes"),
+            (4, "priority"),
+            (5, "audit"),
+        ];
+        assert_eq!(versions, expected);
     }
 
     #[test]

@@ -68,10 +68,11 @@ use dialect::wake_channel;
 use notifier::Notifier;
 
 /// What a PostgreSQL broker declares ([`Broker::capabilities`](taskgate::Broker::capabilities)):
-/// everything — quota, `enqueue_in`, `LISTEN/NOTIFY` wake-ups across processes, shared
+/// everything — quota, audit, `enqueue_in`, `LISTEN/NOTIFY` wake-ups across processes, shared
 /// durable storage, the server's clock.
 pub const CAPABILITIES: Capabilities = Capabilities::NONE
     .with_quota(true)
+    .with_audit(true)
     .with_transactional_enqueue(true)
     .with_cross_process_wakeups(true)
     .with_shared_storage(true)
@@ -240,7 +241,7 @@ mod tests {
         assert_eq!(broker.capabilities(), CAPABILITIES);
         let c = CAPABILITIES;
         assert!(c.quota && c.transactional_enqueue && c.cross_process_wakeups);
-        assert!(c.shared_storage && c.durable && c.server_clock);
+        assert!(c.shared_storage && c.durable && c.server_clock && c.audit);
         assert!(broker.quota_provider().is_some(), "quota declared, quota given");
         Ok(())
     }

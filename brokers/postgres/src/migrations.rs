@@ -25,4 +25,9 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "priority",
         sql: include_str!("../../../migrations/postgres/0004_priority.sql"),
     },
+    Migration {
+        version: 5,
+        name: "audit",
+        sql: include_str!("../../../migrations/postgres/0005_audit.sql"),
+    },
 ];

@@ -49,7 +49,8 @@ pub const TEST_POLL_INTERVAL: Duration = Duration::from_millis(100);
 pub const TEST_DEADLOCK_TIMEOUT: &str = "100ms";
 
 /// The tables of one prefix, children first.
-pub const TABLES: [&str; 5] = ["task_deps", "paused_queues", "quota", "tasks", "schema_migrations"];
+pub const TABLES: [&str; 6] =
+    ["task_deps", "paused_queues", "quota", "audit", "tasks", "schema_migrations"];
 
 #[derive(Clone, Debug)]
 enum Source {

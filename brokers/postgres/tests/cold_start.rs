@@ -30,8 +30,13 @@ async fn eight_handles_migrate_a_fresh_prefix_at_once() -> Result<(), taskgate::
         ))
         .fetch_all(&mut s.admin().await?)
         .await?;
-        let expected =
-            [(1, "initial"), (2, "steps_pause_owner"), (3, "names_by_bytes"), (4, "priority")];
+        let expected = [
+            (1, "initial"),
+            (2, "steps_pause_owner"),
+            (3, "names_by_bytes"),
+            (4, "priority"),
+            (5, "audit"),
+        ];
         let expected: Vec<(i64, String)> =
             expected.iter().map(|(v, n)| (*v, (*n).to_owned())).collect();
         assert_eq!(versions, expected);

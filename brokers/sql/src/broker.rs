@@ -6,18 +6,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use taskgate::audit::{records_rejection, validate_action};
 use taskgate::wake::{wait_for_work, Probe};
 use taskgate::{
-    validate, AckItem, Broker, BrokerOptions, Capabilities, Counts, Error, Failure, Filter, Limits,
-    PruneRequest, QueueList, QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step,
-    StorageBound, Task, Timestamp,
+    validate, AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions,
+    Capabilities, Counts, Error, Failure, Filter, Limits, PruneRequest, QueueList, QueueStats,
+    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, StorageBound, Task, Timestamp,
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
 use crate::core::{in_tx, Core, Tx, TxFail};
 use crate::dialect::UniqueTarget;
 use crate::migrate::{migrate, Migration};
-use crate::ops::{ack, claim, enqueue, finish, prune, read, reap, replay};
+use crate::ops::{ack, audit, claim, enqueue, finish, prune, read, reap, replay};
 use crate::quota::Provider;
 use crate::resolve;
 use crate::{Adapter, Dialect, SqlConn};
@@ -35,7 +36,7 @@ pub struct EngineConfig {
     /// is opened and sets this to false.
     pub migrate_on_init: bool,
     /// What the backend declares it supports ([`Broker::capabilities`]). The engine always
-    /// has quota, so `quota` is set whatever the backend passes.
+    /// has quota and audit, so `quota` and `audit` are set whatever the backend passes.
     pub capabilities: Capabilities,
 }
 
@@ -79,7 +80,7 @@ impl SqlBroker {
             migrations: config.migrations,
             migrate_on_init: config.migrate_on_init,
             migrated: Arc::new(AtomicBool::new(false)),
-            capabilities: config.capabilities.with_quota(true),
+            capabilities: config.capabilities.with_quota(true).with_audit(true),
         })
     }
 
@@ -579,6 +580,45 @@ impl Broker for SqlBroker {
             }
         }
         Ok(total)
+    }
+
+    async fn queue_stats(&self) -> Result<Vec<QueueStats>> {
+        self.opts()?;
+        read::queue_stats(&self.core).await
+    }
+
+    async fn audited(&self, actor: &str, action: &AdminAction) -> Result<AdminOutcome> {
+        let opts = self.opts()?;
+        validate_action(actor, action, &opts.limits)?;
+        let done =
+            in_tx!(&self.core, &opts, "audited", |tx| audit::audited(&mut tx, actor, action));
+        let error = match done {
+            Ok(outcome) => return Ok(outcome),
+            Err(TxFail::Db(db)) => match action {
+                AdminAction::Replay(r)
+                    if self.core.dialect.unique_violation(&db, &self.core.prefix).is_some() =>
+                {
+                    let target =
+                        if r.execution_id.is_empty() { &r.business_key } else { &r.execution_id };
+                    Error::AlreadyReplayed { id: target.clone() }
+                }
+                _ => self.core.fail(TxFail::Db(db)),
+            },
+            Err(e) => self.core.fail(e),
+        };
+        if records_rejection(&error) {
+            // The action's transaction rolled back; its rejection is recorded on its own.
+            let recorded = in_tx!(&self.core, &opts, "audit_rejected", |tx| {
+                audit::rejected(&mut tx, actor, action, &error)
+            });
+            recorded.map_err(|e| self.core.fail(e))?;
+        }
+        Err(error)
+    }
+
+    async fn audit_log(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        self.opts()?;
+        audit::log(&self.core, query).await
     }
 
     fn capabilities(&self) -> Capabilities {

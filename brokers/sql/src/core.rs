@@ -179,7 +179,7 @@ impl Core {
 
     /// A statement template rendered for this dialect and prefix, built once and cached.
     ///
-    /// Templates name tables as `{tasks}`, `{deps}`, `{quota}`, `{paused}`; `{lock}` and
+    /// Templates name tables as `{tasks}`, `{deps}`, `{quota}`, `{paused}`, `{audit}`; `{lock}` and
     /// `{skip_locked}` are the dialect's locking suffixes, `{now}` its server-time expression
     /// and `{limit_all}` its "no limit" value; `{cols}` is every task column. `?` placeholders are rewritten when the dialect
     /// uses `$n`.
@@ -276,6 +276,7 @@ pub(crate) fn render(template: &str, prefix: &str, dialect: &dyn Dialect) -> Str
         .replace("{deps}", &format!("{p}task_deps"))
         .replace("{quota}", &format!("{p}quota"))
         .replace("{paused}", &format!("{p}paused_queues"))
+        .replace("{audit}", &format!("{p}audit"))
         .replace("{lock}", dialect.lock_clause())
         .replace("{skip_locked}", dialect.skip_locked_clause())
         .replace("{now}", dialect.now_ms_sql())

@@ -268,6 +268,27 @@ macro_rules! delegate_broker {
             ) -> $crate::__private::taskgate::Result<u64> {
                 $crate::__private::taskgate::Broker::prune(&self.$field, request).await
             }
+            async fn queue_stats(
+                &self,
+            ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::QueueStats>>
+            {
+                $crate::__private::taskgate::Broker::queue_stats(&self.$field).await
+            }
+            async fn audited(
+                &self,
+                actor: &str,
+                action: &$crate::__private::taskgate::AdminAction,
+            ) -> $crate::__private::taskgate::Result<$crate::__private::taskgate::AdminOutcome>
+            {
+                $crate::__private::taskgate::Broker::audited(&self.$field, actor, action).await
+            }
+            async fn audit_log(
+                &self,
+                query: &$crate::__private::taskgate::AuditQuery,
+            ) -> $crate::__private::taskgate::Result<Vec<$crate::__private::taskgate::AuditRecord>>
+            {
+                $crate::__private::taskgate::Broker::audit_log(&self.$field, query).await
+            }
             fn capabilities(&self) -> $crate::__private::taskgate::Capabilities {
                 $crate::__private::taskgate::Broker::capabilities(&self.$field)
             }

@@ -31,6 +31,7 @@
 
 mod adapter;
 mod dialect;
+mod migrations;
 mod open;
 mod options;
 #[cfg(feature = "testing")]
@@ -40,39 +41,16 @@ use std::sync::Arc;
 
 use sqlx::Sqlite;
 use taskgate::{Capabilities, Result, Task};
-use taskgate_sql::{Migration, SqlBroker};
+use taskgate_sql::SqlBroker;
 
 pub use dialect::SqliteDialect;
+pub use migrations::MIGRATIONS;
 pub use options::{
     SqliteOptions, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_PREFIX,
 };
 /// The sqlx this backend is built on (0.8.6), so a caller's transaction for `enqueue_in` has
 /// the same types: `taskgate_<backend>::sqlx::Transaction`.
 pub use sqlx;
-
-/// The SQLite migrations, embedded (same numbers and names in every dialect).
-pub static MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "initial",
-        sql: include_str!("../../../migrations/sqlite/0001_initial.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "steps_pause_owner",
-        sql: include_str!("../../../migrations/sqlite/0002_steps_pause_owner.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "names_by_bytes",
-        sql: include_str!("../../../migrations/sqlite/0003_names_by_bytes.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "priority",
-        sql: include_str!("../../../migrations/sqlite/0004_priority.sql"),
-    },
-];
 
 /// What a SQLite broker on `location` declares: quota, `enqueue_in`, and for a file shared
 /// durable storage (every process on the machine that opens it); other processes' writes are
@@ -87,6 +65,7 @@ pub(crate) fn capabilities(
     let file = matches!(location, options::Location::File(_));
     Capabilities::NONE
         .with_quota(true)
+        .with_audit(true)
         .with_transactional_enqueue(true)
         .with_shared_storage(file)
         .with_durable(file)
@@ -163,7 +142,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_is_shared_and_durable_memory_is_neither() -> taskgate::Result<()> {
-        let base = Capabilities::NONE.with_quota(true).with_transactional_enqueue(true);
+        let base =
+            Capabilities::NONE.with_quota(true).with_audit(true).with_transactional_enqueue(true);
         let memory: Arc<dyn Broker> = Arc::new(SqliteBroker::connect("sqlite::memory:").await?);
         assert_eq!(memory.capabilities(), base);
         let dir = tempfile::tempdir().map_err(|e| taskgate::Error::backend("sqlite", e))?;

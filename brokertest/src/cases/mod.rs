@@ -2,6 +2,7 @@
 //! [`Factory`](crate::Factory), builds its own [`Harness`](crate::Harness), and asserts exactly
 //! what the specification says.
 
+mod admin;
 mod basics;
 mod batches;
 mod cancel;
@@ -26,6 +27,7 @@ mod resume;
 mod steps;
 mod wake;
 
+pub use admin::{c51_audit_commits_with_mutation, c52_queue_stats};
 pub use basics::{c01_round_trip, c02_business_key_idempotent, c42_business_key_after_cancel};
 pub use batches::{c28_batches, c29_dequeue_cancel_safety};
 pub use cancel::{

@@ -3,6 +3,7 @@
 //! here.
 
 pub(crate) mod ack;
+pub(crate) mod audit;
 pub(crate) mod claim;
 pub(crate) mod enqueue;
 pub(crate) mod finish;

@@ -120,3 +120,28 @@ pub(crate) async fn paused_queues(core: &Core) -> Result<Vec<String>> {
     queues.sort_unstable();
     Ok(queues)
 }
+
+/// Every queue's counts by status and the earliest `run_at` of its pending and retrying tasks,
+/// sorted by bytes (in Rust: database collations differ).
+pub(crate) async fn queue_stats(core: &Core) -> Result<Vec<taskgate::QueueStats>> {
+    let sql =
+        core.sql("SELECT queue, status, COUNT(*), MIN(run_at) FROM {tasks} GROUP BY queue, status");
+    let rows = read(core, &sql, &[], &[Kind::Text, Kind::Text, Kind::Int, Kind::Int]).await?;
+    let mut stats: std::collections::BTreeMap<String, taskgate::QueueStats> = Default::default();
+    for r in &rows {
+        let c = Cols(r);
+        let queue = decoded(core, c.text(0))?;
+        let status: Status = decoded(core, c.text(1))?.parse()?;
+        let n = u64::try_from(decoded(core, c.int(2))?).unwrap_or(0);
+        let min_run_at = Timestamp::from_millis(decoded(core, c.int(3))?);
+        let entry = stats
+            .entry(queue.clone())
+            .or_insert_with(|| taskgate::QueueStats { queue, ..Default::default() });
+        entry.counts.insert(status, n);
+        if matches!(status, Status::Pending | Status::Retrying) {
+            let oldest = entry.oldest_run_at.get_or_insert(min_run_at);
+            *oldest = (*oldest).min(min_run_at);
+        }
+    }
+    Ok(stats.into_values().collect())
+}

@@ -1,0 +1,327 @@
+//! Bearer tokens: their configuration ([`AdminConfig`], [`Token`]), and the [`Caller`] every
+//! endpoint authenticates as.
+
+use std::fmt;
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// The shortest secret a [`Token`] accepts, in bytes.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// What a token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// Every `GET` endpoint.
+    Read,
+    /// Every endpoint: reads and the mutations (cancel, resume, replay, pause, resume a queue).
+    Write,
+}
+
+impl Scope {
+    /// `read` or `write`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+        }
+    }
+}
+
+/// One bearer token the API accepts.
+///
+/// The `name` is who the audit log records; the `secret` is what a client sends
+/// (`Authorization: Bearer <secret>`). A token bound to an `owner` sees and manages only the
+/// tasks of that owner ([`Task::owner`](taskgate::Task::owner)): another owner's task is a
+/// 404, as if it did not exist, and the queue, stats and audit endpoints answer 403.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    name: String,
+    secret: String,
+    scope: Scope,
+    owner: Option<String>,
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Token")
+            .field("name", &self.name)
+            .field("secret", &"<redacted>")
+            .field("scope", &self.scope)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+/// Why a token's configuration was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// The name is empty, longer than 255 bytes, or has characters other than ASCII letters,
+    /// digits, `-`, `_` and `.`.
+    #[error("token name {0:?}: use 1 to 255 ASCII letters, digits, '-', '_' or '.'")]
+    BadName(String),
+    /// The secret is shorter than [`MIN_SECRET_BYTES`], or has whitespace or control
+    /// characters.
+    #[error(
+        "token {name:?}: the secret must be at least {MIN_SECRET_BYTES} bytes without whitespace"
+    )]
+    WeakSecret {
+        /// The token's name.
+        name: String,
+    },
+    /// The owner is empty.
+    #[error("token {name:?}: an owner binding must not be empty")]
+    EmptyOwner {
+        /// The token's name.
+        name: String,
+    },
+    /// The text form is not `NAME:SCOPE[@OWNER]=SECRET`.
+    #[error("token spec {0:?}: expected NAME:read|write[@OWNER]=SECRET")]
+    BadSpec(String),
+    /// Two tokens share a name or a secret.
+    #[error("token {0:?}: a name and a secret may be configured only once")]
+    Duplicate(String),
+}
+
+impl Token {
+    /// A token named `name` (who the audit log records) with `secret` and `scope`.
+    pub fn new(
+        name: impl Into<String>,
+        secret: impl Into<String>,
+        scope: Scope,
+    ) -> Result<Token, TokenError> {
+        let (name, secret) = (name.into(), secret.into());
+        let name_ok = !name.is_empty()
+            && name.len() <= 255
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !name_ok {
+            return Err(TokenError::BadName(name));
+        }
+        let secret_ok = secret.len() >= MIN_SECRET_BYTES
+            && !secret.chars().any(|c| c.is_whitespace() || c.is_control());
+        if !secret_ok {
+            return Err(TokenError::WeakSecret { name });
+        }
+        Ok(Token { name, secret, scope, owner: None })
+    }
+
+    /// Binds the token to `owner`: it sees and manages only that owner's tasks.
+    pub fn for_owner(mut self, owner: impl Into<String>) -> Result<Token, TokenError> {
+        let owner = owner.into();
+        if owner.is_empty() {
+            return Err(TokenError::EmptyOwner { name: self.name });
+        }
+        self.owner = Some(owner);
+        Ok(self)
+    }
+
+    /// Parses the text form `NAME:SCOPE[@OWNER]=SECRET` (for flags and environment
+    /// variables), e.g. `ops:write=9f2c…` or `billing-ui:read@billing=4ab1…`.
+    ///
+    /// ```
+    /// use taskgate_admin::{Scope, Token};
+    ///
+    /// let token = Token::parse("billing-ui:read@billing=0123456789abcdef").unwrap();
+    /// assert_eq!((token.name(), token.scope(), token.owner()), ("billing-ui", Scope::Read, Some("billing")));
+    /// assert!(Token::parse("ops:admin=0123456789abcdef").is_err());
+    /// ```
+    pub fn parse(spec: &str) -> Result<Token, TokenError> {
+        let bad = || TokenError::BadSpec(redact(spec));
+        let (head, secret) = spec.split_once('=').ok_or_else(bad)?;
+        let (name, rest) = head.split_once(':').ok_or_else(bad)?;
+        let (scope, owner) = match rest.split_once('@') {
+            Some((scope, owner)) => (scope, Some(owner)),
+            None => (rest, None),
+        };
+        let scope = match scope {
+            "read" => Scope::Read,
+            "write" => Scope::Write,
+            _ => return Err(bad()),
+        };
+        let token = Token::new(name, secret, scope)?;
+        match owner {
+            Some(owner) => token.for_owner(owner),
+            None => Ok(token),
+        }
+    }
+
+    /// Who the audit log records.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the token may do.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// The owner the token is bound to, if any.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+}
+
+/// The spec without its secret, for error messages.
+fn redact(spec: &str) -> String {
+    match spec.split_once('=') {
+        Some((head, _)) => format!("{head}=<redacted>"),
+        None => spec.to_owned(),
+    }
+}
+
+/// The admin API's configuration: the tokens it accepts.
+///
+/// ```
+/// use taskgate_admin::{AdminConfig, Scope, Token};
+///
+/// let config = AdminConfig::new()
+///     .with_token(Token::new("ops", "a-long-random-secret", Scope::Write)?)?
+///     .with_token(Token::parse("dash:read=another-long-secret")?)?;
+/// assert_eq!(config.tokens().len(), 2);
+/// # Ok::<(), taskgate_admin::TokenError>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct AdminConfig {
+    tokens: Vec<Token>,
+}
+
+impl AdminConfig {
+    /// A configuration with no tokens: every request is refused with 401 until one is added.
+    pub fn new() -> AdminConfig {
+        AdminConfig::default()
+    }
+
+    /// Adds a token. Names and secrets must be unique.
+    pub fn with_token(mut self, token: Token) -> Result<AdminConfig, TokenError> {
+        let clash = self.tokens.iter().any(|t| t.name == token.name || t.secret == token.secret);
+        if clash {
+            return Err(TokenError::Duplicate(token.name));
+        }
+        self.tokens.push(token);
+        Ok(self)
+    }
+
+    /// A configuration from text specs ([`Token::parse`]), e.g. a comma-separated
+    /// environment variable split by the caller.
+    pub fn from_specs<'a>(
+        specs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<AdminConfig, TokenError> {
+        specs.into_iter().try_fold(AdminConfig::new(), |c, spec| c.with_token(Token::parse(spec)?))
+    }
+
+    /// The configured tokens.
+    pub fn tokens(&self) -> &[Token] {
+        &self.tokens
+    }
+
+    /// The token whose secret is `presented`. Every configured secret is compared, each in
+    /// constant time (the comparison does not stop at the first differing byte, and the loop
+    /// does not stop at a match), so timing tells nothing about how much of a secret matched.
+    fn find(&self, presented: &[u8]) -> Option<&Token> {
+        let mut found = None;
+        for token in &self.tokens {
+            if bool::from(token.secret.as_bytes().ct_eq(presented)) {
+                found = Some(token);
+            }
+        }
+        found
+    }
+}
+
+/// The authenticated caller of one request.
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    pub(crate) name: String,
+    pub(crate) scope: Scope,
+    pub(crate) owner: Option<String>,
+}
+
+impl Caller {
+    /// Refuses a read-only token (403).
+    pub(crate) fn require_write(&self) -> Result<(), ApiError> {
+        match self.scope {
+            Scope::Write => Ok(()),
+            Scope::Read => Err(ApiError::forbidden(format!(
+                "token {:?} has read scope; this endpoint needs write",
+                self.name
+            ))),
+        }
+    }
+
+    /// Refuses an owner-bound token (403): the endpoint spans every owner's tasks.
+    pub(crate) fn require_unbound(&self) -> Result<(), ApiError> {
+        match &self.owner {
+            None => Ok(()),
+            Some(owner) => Err(ApiError::forbidden(format!(
+                "token {:?} is bound to owner {owner:?}; this endpoint spans every owner",
+                self.name
+            ))),
+        }
+    }
+
+    /// True when the caller may see `task` (unbound, or bound to its owner).
+    pub(crate) fn sees(&self, task: &taskgate::Task) -> bool {
+        self.owner.as_deref().is_none_or(|owner| owner == task.owner)
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .ok_or_else(|| ApiError::unauthorized("auth.missing", "no Authorization header"))?;
+        let presented = header
+            .as_bytes()
+            .strip_prefix(b"Bearer ")
+            .ok_or_else(|| ApiError::unauthorized("auth.invalid", "expected a Bearer token"))?;
+        let token = state
+            .config
+            .find(presented)
+            .ok_or_else(|| ApiError::unauthorized("auth.invalid", "unknown token"))?;
+        Ok(Caller { name: token.name.clone(), scope: token.scope, owner: token.owner.clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_bad_ones_name_the_problem() {
+        let t = Token::parse("ops:write=0123456789abcdef").unwrap();
+        assert_eq!((t.name(), t.scope(), t.owner()), ("ops", Scope::Write, None));
+        for bad in ["ops=0123456789abcdef", "ops:root=0123456789abcdef", "ops:write"] {
+            assert!(matches!(Token::parse(bad), Err(TokenError::BadSpec(_))), "{bad}");
+        }
+        assert!(matches!(Token::parse("ops:write=short"), Err(TokenError::WeakSecret { .. })));
+        assert!(matches!(Token::parse("o p:write=0123456789abcdef"), Err(TokenError::BadName(_))));
+        assert!(matches!(
+            Token::parse("ops:read@=0123456789abcdef"),
+            Err(TokenError::EmptyOwner { .. })
+        ));
+        let err = Token::parse("ops:root=0123456789abcdef").unwrap_err().to_string();
+        assert!(!err.contains("0123456789abcdef"), "errors never print a secret: {err}");
+        let dup = AdminConfig::from_specs(["a:read=0123456789abcdef", "b:write=0123456789abcdef"]);
+        assert!(matches!(dup, Err(TokenError::Duplicate(name)) if name == "b"));
+        assert!(!format!("{t:?}").contains("0123456789abcdef"), "Debug redacts the secret");
+    }
+
+    #[test]
+    fn find_matches_only_the_exact_secret() {
+        let config =
+            AdminConfig::from_specs(["a:read=0123456789abcdef", "b:write=fedcba9876543210"])
+                .unwrap();
+        assert_eq!(config.find(b"fedcba9876543210").map(Token::name), Some("b"));
+        for wrong in [&b"0123456789abcde"[..], b"0123456789abcdefX", b"", b"0123456789ABCDEF"] {
+            assert!(config.find(wrong).is_none(), "{wrong:?}");
+        }
+    }
+}

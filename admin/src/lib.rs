@@ -1,0 +1,110 @@
+//! `taskgate-admin`: the operators' HTTP API over any [`Broker`] (extensions §E13).
+//!
+//! [`router`] builds an [`axum::Router`] an application mounts in its own server (nest it
+//! anywhere; its paths start with `/api/v1`), and [`serve`] runs it standalone on a listener
+//! (what `taskgate serve` does). Every answer is JSON; every error is
+//! `{"code": "task.not_resumable", "message": "…"}` with its status ([`ApiError`]).
+//!
+//! | method and path | scope | what |
+//! |---|---|---|
+//! | `GET /api/v1/tasks` | read | tasks in `(created_at, id)` order; filters `type`, `queue`, `status`, `owner`, `business_key`; `page` (from 1), `per_page` (1–100, default 50); `has_more` |
+//! | `GET /api/v1/tasks/{id}` | read | one task |
+//! | `POST /api/v1/tasks/{id}/cancel` | write | cancel (a running task gets a cancel request); the task after |
+//! | `POST /api/v1/tasks/{id}/resume` | write | operator resume of a failed or cancelled task |
+//! | `POST /api/v1/tasks/{id}/replay` | write | a new execution of a finished one (body `{"allow_completed": bool, "payload": any}`, optional); 201 |
+//! | `GET /api/v1/queues` | read, unbound | every queue: length, running, paused, counts by status, oldest ready age |
+//! | `POST /api/v1/queues/{q}/pause`, `…/resume` | write, unbound | pause or resume claims from a queue |
+//! | `GET /api/v1/stats` | read, unbound | counts by status and by type, paused queues, the broker's time |
+//! | `GET /api/v1/audit` | read, unbound | audit records, newest first; filters `actor`, `action`, `target`; paging as tasks |
+//! | `GET /api/v1/openapi.json` | none | the OpenAPI document ([`openapi::document`]), generated from the code |
+//!
+//! Task views render `payload`, `result` and `cursor` as JSON when the bytes are JSON, else as
+//! base64, with `payload_encoding` (`json` / `base64` / null) and the same for the others;
+//! times are RFC 3339 in UTC.
+//!
+//! **Authentication.** Every request carries `Authorization: Bearer <secret>` of a configured
+//! [`Token`] ([`AdminConfig`]): none or an unknown one is 401, a read token on a mutation 403.
+//! Secrets are compared in constant time. A token bound to an owner
+//! ([`Token::for_owner`]) lists, reads, cancels, resumes and replays only that owner's tasks;
+//! another owner's task answers 404 (never 403, which would confirm it exists), and the
+//! endpoints that span every owner (queues, stats, audit) answer 403.
+//!
+//! **Audit.** Every mutation runs through [`Broker::audited`]: the backend writes one record
+//! (the token's name, the action, the task or queue, the broker's time, the outcome) in the
+//! same transaction as the change, or alone with the error's code when the contract rejects
+//! the action (cancel of a finished task, resume of a completed one). Requests refused before
+//! reaching the broker (bad input, 401, 403, another owner's 404) write no record.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use taskgate::{Broker, BrokerOptions};
+//! use taskgate_admin::{AdminConfig, Token};
+//!
+//! # async fn demo(broker: Arc<dyn Broker>) -> Result<(), Box<dyn std::error::Error>> {
+//! broker.init(BrokerOptions::default()).await?;
+//! let config = AdminConfig::from_specs(["ops:write=change-me-to-a-long-secret"])?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! taskgate_admin::serve(listener, broker, config, std::future::pending()).await?;
+//! # Ok(()) }
+//! ```
+
+mod auth;
+mod error;
+pub mod openapi;
+mod routes;
+mod view;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use taskgate::Broker;
+
+pub use auth::{AdminConfig, Scope, Token, TokenError, MIN_SECRET_BYTES};
+pub use error::ApiError;
+pub use routes::{DEFAULT_PER_PAGE, MAX_PER_PAGE};
+pub use view::{
+    AuditPage, AuditView, Encoding, QueueList, QueueView, StatsView, TaskPage, TaskView,
+};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) broker: Arc<dyn Broker>,
+    pub(crate) config: Arc<AdminConfig>,
+}
+
+/// The admin API over `broker` (initialised by the caller), accepting `config`'s tokens.
+///
+/// Paths start with `/api/v1`; unknown paths answer a JSON 404 (`route.not_found`), a known
+/// path with the wrong method a JSON 405.
+pub fn router(broker: Arc<dyn Broker>, config: AdminConfig) -> Router {
+    let state = AppState { broker, config: Arc::new(config) };
+    Router::new()
+        .route("/api/v1/tasks", get(routes::list_tasks))
+        .route("/api/v1/tasks/{id}", get(routes::get_task))
+        .route("/api/v1/tasks/{id}/cancel", post(routes::cancel_task))
+        .route("/api/v1/tasks/{id}/resume", post(routes::resume_task))
+        .route("/api/v1/tasks/{id}/replay", post(routes::replay_task))
+        .route("/api/v1/queues", get(routes::list_queues))
+        .route("/api/v1/queues/{queue}/pause", post(routes::pause_queue))
+        .route("/api/v1/queues/{queue}/resume", post(routes::resume_queue))
+        .route("/api/v1/stats", get(routes::stats))
+        .route("/api/v1/audit", get(routes::audit))
+        .route("/api/v1/openapi.json", get(routes::openapi))
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .with_state(state)
+}
+
+/// Serves [`router`] on `listener` until `shutdown` completes (then finishes the requests in
+/// flight and returns).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    broker: Arc<dyn Broker>,
+    config: AdminConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(broker, config)).with_graceful_shutdown(shutdown).await
+}
