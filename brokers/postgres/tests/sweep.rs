@@ -40,7 +40,7 @@ async fn the_sweep_drops_only_test_tables_older_than_an_hour() -> Result<(), tas
         let clock = ManualClock::at_contract_epoch();
         let old = test_prefix_at(SystemTime::now() - Duration::from_secs(2 * 3600));
         let recent = test_prefix_at(SystemTime::now() - Duration::from_secs(10 * 60));
-        let all = taskgate_postgres::testing::TABLES.len();
+        let all = i64::try_from(taskgate_postgres::testing::TABLES.len())?;
         for prefix in [&old, &recent] {
             let b = s.options()?.prefix(prefix.as_str()).connect().await?;
             b.init(common::options(&clock)).await?;
