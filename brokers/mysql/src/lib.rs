@@ -33,7 +33,7 @@
 //!   locked and read, so the flag changes nothing else.
 //! * **Unique violations** (1062) translated by index name: `uq_chain_head` ⇒ `TaskExists`
 //!   with the key's tail, `uq_replay_of` ⇒ `AlreadyReplayed`, anything else ⇒ plain
-//!   `TaskExists` (see [`dialect::unique_target_of`] for the one message match).
+//!   `TaskExists` (the dialect's `unique_target_of` holds the one message match).
 //! * **Migrations** (`migrations/mysql/`) applied by `init` under `GET_LOCK` on one dedicated
 //!   session; every statement is idempotent because MySQL DDL is not transactional (1060,
 //!   1061 and 1091 on a re-run mean "already applied").

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection, Row};
 
-use crate::common::{filters, reader, run, server_url, taskgate};
+use crate::common::{filters, reader, run, server_url, stop_child, taskgate};
 
 #[test]
 fn memory_cases_print_as_they_finish() {
@@ -133,24 +133,9 @@ async fn ctrl_c_removes_the_tables_of_the_interrupted_run() {
         assert!(started.elapsed() < Duration::from_secs(60), "no case made tables: {left:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill -INT");
-    assert!(kill.success());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("check still running 60 s after SIGINT");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let code = stop_child(&mut child, true, Duration::from_secs(60), "check after SIGINT");
     let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    assert_eq!(status.code(), Some(130), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(code, Some(130), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stdout.contains("interrupted during "), "{stdout}");
     assert!(stdout.contains("removed the storage of 1 unfinished case(s)"), "{stdout}");
     let left = db.leftovers().await;
@@ -172,19 +157,9 @@ fn a_closed_stdout_is_not_a_panic() {
             .expect("start taskgate");
         drop(child.stdout.take()); // `taskgate … | head -0`
         let err = reader(child.stderr.take());
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                break status;
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                panic!("{args:?} still running after 60 s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let code = stop_child(&mut child, false, Duration::from_secs(60), &format!("{args:?}"));
         let stderr = err.join().unwrap_or_default();
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert_eq!(status.code(), Some(0), "{args:?}: {stderr}");
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
     }
 }

@@ -69,6 +69,35 @@ pub(crate) fn reader(pipe: Option<impl Read + Send + 'static>) -> std::thread::J
     })
 }
 
+/// Sends SIGINT to `child` (when `interrupt`) and waits at most `limit` for it to exit; its exit
+/// code (`None` when a signal ended it). A child still running then is killed and the test
+/// fails naming `what`.
+pub(crate) fn stop_child(
+    child: &mut std::process::Child,
+    interrupt: bool,
+    limit: Duration,
+    what: &str,
+) -> Option<i32> {
+    if interrupt {
+        let kill = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill -INT");
+        assert!(kill.success(), "kill -INT {what}");
+    }
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status.code();
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{what} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The binary run with `args` against `db`.
 pub(crate) fn tg(db: &TestDb, args: &[&str]) -> Run {
     run(taskgate().args(args).env("TASKGATE_URL", &db.url).env("TASKGATE_PREFIX", &db.prefix))

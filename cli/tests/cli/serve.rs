@@ -5,12 +5,12 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rstest::rstest;
 use taskgate::{Status, Task};
 
-use crate::common::{taskgate, tg, TestDb, RUN_LIMIT};
+use crate::common::{stop_child, taskgate, tg, TestDb, RUN_LIMIT};
 
 const READ: &str = "ops-read:read=read-secret-0123456789";
 const WRITE: &str = "ops-write:write=write-secret-0123456789";
@@ -104,23 +104,7 @@ async fn serve_answers_over_a_socket_and_stops_on_sigint(#[case] backend: &'stat
     assert_eq!(status, 200, "{body}");
     assert!(body.to_string().contains("ops-write"), "the cancel is audited: {body}");
 
-    let kill = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill -INT");
-    assert!(kill.success());
-    let started = Instant::now();
-    let code = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status.code(),
-            Ok(None) if started.elapsed() > RUN_LIMIT => {
-                let _ = child.kill();
-                panic!("serve still running {RUN_LIMIT:?} after SIGINT");
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("waiting for serve: {e}"),
-        }
-    };
+    let code = stop_child(&mut child, true, RUN_LIMIT, "serve after SIGINT");
     assert_eq!(code, Some(0), "serve stops cleanly on SIGINT");
     broker.close().await.ok();
     db.remove().await;
