@@ -72,33 +72,18 @@ const KINDS: [Kind; 7] =
 
 /// The records matching `query`, newest first.
 pub(crate) async fn log(core: &Core, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
-    let mut sql =
-        "SELECT id, at_ms, actor, action_name, target, outcome, detail FROM {audit} WHERE 1 = 1"
-            .to_owned();
-    let mut args = Vec::new();
-    for (column, value) in [
+    let conditions = [
         ("actor", query.actor.as_str()),
         ("action_name", query.action.as_str()),
         ("target", query.target.as_str()),
-    ] {
-        if !value.is_empty() {
-            sql.push_str(&format!(" AND {column} = ?"));
-            args.push(Value::from(value));
-        }
-    }
-    sql.push_str(" ORDER BY at_ms DESC, id DESC");
-    let as_int = |n: usize| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
-    match (query.limit, query.offset) {
-        (0, 0) => {}
-        (0, offset) => {
-            sql.push_str(" LIMIT {limit_all} OFFSET ?");
-            args.push(as_int(offset));
-        }
-        (limit, offset) => {
-            sql.push_str(" LIMIT ? OFFSET ?");
-            args.extend([as_int(limit), as_int(offset)]);
-        }
-    }
+    ];
+    let (sql, args) = crate::ops::read::paged_query(
+        "SELECT id, at_ms, actor, action_name, target, outcome, detail FROM {audit}",
+        &conditions,
+        "at_ms DESC, id DESC",
+        query.limit,
+        query.offset,
+    );
     let rows = core
         .adapter
         .read(&core.render(&sql), &args, &KINDS)

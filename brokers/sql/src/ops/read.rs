@@ -52,26 +52,28 @@ pub(crate) async fn by_ids(core: &Core, ids: &[&str]) -> Result<HashMap<String, 
     Ok(found)
 }
 
-/// Tasks matching `filter` in `(created_at, id)` order, paged.
-pub(crate) async fn list(core: &Core, filter: &Filter) -> Result<Vec<Task>> {
-    let mut sql = "SELECT {cols} FROM {tasks} WHERE 1 = 1".to_owned();
+/// A paged query: `select` (ending in its FROM), `column = ?` for every non-empty condition,
+/// `order`, then `limit` (0 = all) and `offset`. Returns the statement (not yet rendered) and
+/// its arguments. Shared by the task list and the audit log.
+pub(crate) fn paged_query(
+    select: &str,
+    conditions: &[(&str, &str)],
+    order: &str,
+    limit: usize,
+    offset: usize,
+) -> (String, Vec<Value>) {
+    let mut sql = format!("{select} WHERE 1 = 1");
     let mut args = Vec::new();
-    let status = filter.status.map(Status::as_str).unwrap_or_default();
-    for (column, value) in [
-        ("type", filter.task_type.as_str()),
-        ("queue", filter.queue.as_str()),
-        ("status", status),
-        ("business_key", filter.business_key.as_str()),
-        ("owner", filter.owner.as_str()),
-    ] {
+    for (column, value) in conditions {
         if !value.is_empty() {
             sql.push_str(&format!(" AND {column} = ?"));
-            args.push(Value::from(value));
+            args.push(Value::from(*value));
         }
     }
-    sql.push_str(" ORDER BY created_at, id");
+    sql.push_str(" ORDER BY ");
+    sql.push_str(order);
     let as_int = |n: usize| Value::Int(i64::try_from(n).unwrap_or(i64::MAX));
-    match (filter.limit, filter.offset) {
+    match (limit, offset) {
         (0, 0) => {}
         (0, offset) => {
             sql.push_str(" LIMIT {limit_all} OFFSET ?");
@@ -82,6 +84,26 @@ pub(crate) async fn list(core: &Core, filter: &Filter) -> Result<Vec<Task>> {
             args.extend([as_int(limit), as_int(offset)]);
         }
     }
+    (sql, args)
+}
+
+/// Tasks matching `filter` in `(created_at, id)` order, paged.
+pub(crate) async fn list(core: &Core, filter: &Filter) -> Result<Vec<Task>> {
+    let status = filter.status.map(Status::as_str).unwrap_or_default();
+    let conditions = [
+        ("type", filter.task_type.as_str()),
+        ("queue", filter.queue.as_str()),
+        ("status", status),
+        ("business_key", filter.business_key.as_str()),
+        ("owner", filter.owner.as_str()),
+    ];
+    let (sql, args) = paged_query(
+        "SELECT {cols} FROM {tasks}",
+        &conditions,
+        "created_at, id",
+        filter.limit,
+        filter.offset,
+    );
     let rows = read(core, &core.render(&sql), &args, &TASK_KINDS).await?;
     rows.iter().map(|r| decoded(core, TaskRow::decode(r)).map(|r| r.task)).collect()
 }
