@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::report::targets::{batch100, evaluate, runtime_targets, scaling, Target};
+use crate::report::targets::{batch100, evaluate, runtime_targets, scaling, Standing, Target};
 use crate::report::{ClaimCell, Measured, Report, RuntimeCell, RuntimeWork};
 use crate::stats::{ms, rate};
 
@@ -121,19 +121,30 @@ pub const README_BEGIN: &str = "<!-- performance report: begin (written by `repo
 /// Last line of the README's generated performance section.
 pub const README_END: &str = "<!-- performance report: end -->";
 
-/// The README's performance section: when and how the run was made, the machine and database
-/// settings, the targets and the chart; `page` and `chart` are paths relative to the README.
+/// The README's performance section, kept short: when the run was made, how many targets it
+/// met (the missed ones named), and the chart; the machine, the database settings and the full
+/// targets table stay on the page. `page` and `chart` are paths relative to the README.
 pub fn readme_section(r: &Report, page: &str, chart: &str) -> String {
     let mut out = String::new();
+    let list = evaluate(r);
+    let met = list.iter().filter(|t| t.standing == Standing::Met).count();
+    let measured = list.iter().filter(|t| t.standing != Standing::NotMeasured).count();
     let _ = writeln!(
         out,
-        "From one run of `cargo run -p benches --release --bin report` on {} ({:.0} s); every \
-         table of that run is in [{page}]({page}). Numbers are what this machine did then, not \
-         promises.\n",
-        r.started, r.wall_secs
+        "From one run of `cargo run -p benches --release --bin report` on {} ({:.0} s, {} × {}, \
+         load {:.2} at start): **{met} of {measured} measured targets met**. The machine, the \
+         database settings, every target with its figure and every table of that run are in \
+         [{page}]({page}). Numbers are what this machine did then, not promises.\n",
+        r.started, r.wall_secs, r.machine.cores, r.machine.cpu, r.load.0
     );
-    machine(&mut out, r, "###");
-    targets(&mut out, r, "###");
+    let missed: Vec<&str> = list
+        .iter()
+        .filter(|t| t.standing == Standing::Missed)
+        .map(|t| t.scenario.as_str())
+        .collect();
+    if !missed.is_empty() {
+        let _ = writeln!(out, "Missed: {}.\n", missed.join("; "));
+    }
     let _ = writeln!(
         out,
         "![throughput vs claimers]({chart})\n\nSolid lines: the broker; dashed: the raw-SQL \
