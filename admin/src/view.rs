@@ -105,9 +105,9 @@ pub struct TaskView {
     /// Parent task IDs (dependencies), as the task's `depends_on` lists them.
     pub parents: Vec<String>,
     /// The direct children's IDs (the tasks listing this one in `depends_on`), in creation
-    /// order, at most [`MAX_CHILDREN`](crate::MAX_CHILDREN); `GET /api/v1/tasks?parent=ID`
-    /// pages through all of them. Filled by `GET /api/v1/tasks/{id}` only: null in lists and
-    /// in the answers of mutations.
+    /// order, at most 100 (`MAX_CHILDREN`); `GET /api/v1/tasks?parent=ID` pages through all
+    /// of them. Filled by `GET /api/v1/tasks/{id}` only: null in lists and in the answers of
+    /// mutations.
     pub children: Option<Vec<String>>,
     /// True when the task has more children than `children` holds (null where `children` is).
     pub more_children: Option<bool>,

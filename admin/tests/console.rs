@@ -180,8 +180,19 @@ impl Browser {
         self.find(css).await.text().await.unwrap_or_else(|e| panic!("text of {css}: {e}"))
     }
 
+    /// Clicks `css`; an element the auto-refresh replaced between finding and clicking is
+    /// found again.
     async fn click(&self, css: &str) {
-        self.find(css).await.click().await.unwrap_or_else(|e| panic!("click {css}: {e}"));
+        let started = Instant::now();
+        loop {
+            match self.find(css).await.click().await {
+                Ok(()) => return,
+                Err(e) if e.to_string().contains("stale element") => {
+                    assert!(started.elapsed() < SHOW_LIMIT, "click {css}: {e}");
+                }
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
     }
 
     async fn type_into(&self, css: &str, text: &str) {
@@ -420,7 +431,9 @@ async fn task_list(b: &Browser, backend: &str) {
         .expect("choose 10 a page");
     b.navigate_by("#apply").await;
     let page = |r: std::ops::Range<usize>| r.map(|i| format!("b{i:02}")).collect::<Vec<_>>();
-    let refs = |v: &[String]| v.iter().map(String::as_str).collect::<Vec<_>>();
+    fn refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
     b.rows_become("bulk page 1", &refs(&page(0..10))).await;
     b.navigate_by("#next").await;
     b.rows_become("bulk page 2", &refs(&page(10..20))).await;
