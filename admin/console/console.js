@@ -22,6 +22,7 @@
   let generation = 0; // bumps on navigation: late answers for an old view are dropped
   let busy = false; // a refresh is running
   let again = false; // another refresh was asked for meanwhile
+  let carry = null; // a note for the view being opened
 
   // ---- DOM helpers -------------------------------------------------------------------------
 
@@ -161,6 +162,10 @@
 
   function navigate() {
     generation += 1;
+    // A done action's note belongs to its view, unless it led to this one.
+    if ($('status').className === 'ok') say('');
+    if (carry) say(carry, 'ok');
+    carry = null;
     const route = parseHash();
     for (const name of ['queues', 'tasks', 'audit']) {
       const nav = $('nav-' + name);
@@ -407,7 +412,7 @@
       if (!task || !window.confirm('Replay task ' + id + ' as a new execution?')) return;
       try {
         const made = await api('POST', 'tasks/' + seg(id) + '/replay', null, { allow_completed: true });
-        say('Replay ' + id + ': new execution ' + made.id + '.', 'ok');
+        carry = 'Replay ' + id + ': new execution ' + made.id + '.';
         go('#/task/' + seg(made.id));
       } catch (e) {
         say('Replay ' + id + ': ' + (e instanceof ApiFailure ? e.toString() : String(e)), 'refused');

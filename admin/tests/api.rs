@@ -635,15 +635,16 @@ mod fuzz {
 
     fn probe() -> impl Strategy<Value = Probe> {
         let list =
-            (proptest::sample::select(LISTS), query(), token())
-                .prop_map(|(path, q, token)| Probe {
+            (proptest::sample::select(LISTS), query(), token()).prop_map(|(path, q, token)| {
+                Probe {
                     kind: "query",
                     method: "GET",
                     path: format!("{path}?{q}"),
                     token,
                     content_type: None,
                     body: Vec::new(),
-                });
+                }
+            });
         let segment = prop_oneof![
             3 => text().prop_map(|s| encode(&s)),
             1 => "[A-Za-z0-9%!$&'()*+,;=:@._~-]{0,30}",

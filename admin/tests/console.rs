@@ -390,7 +390,7 @@ async fn walk(b: &Browser, server: &Server, broker: &dyn Broker, replay_id: &str
     task_list(b, backend).await;
     cancel_and_resume(b, broker, backend).await;
     progress_refreshes(b, broker).await;
-    family(b, replay_id).await;
+    family(b, replay_id, backend).await;
 }
 
 async fn queues(b: &Browser, broker: &dyn Broker, backend: &str) {
@@ -531,7 +531,7 @@ async fn progress_refreshes(b: &Browser, broker: &dyn Broker) {
     assert_eq!(b.text("#step-count").await, "2");
 }
 
-async fn family(b: &Browser, replay_id: &str) {
+async fn family(b: &Browser, replay_id: &str, backend: &str) {
     b.open("#/task/transform").await;
     let ids = |section: &str| {
         format!(
@@ -541,6 +541,7 @@ async fn family(b: &Browser, replay_id: &str) {
     };
     b.until("transform's parents", &ids("parents"), json!(["ingest"])).await;
     b.until("transform's children", &ids("children"), json!(["report"])).await;
+    b.screenshot(&shot_name(backend, "-family")).await;
     b.navigate_by("#children a.task-id").await;
     b.until(
         "report opens",
