@@ -1,14 +1,16 @@
-//! `taskgate-admin`: the operators' HTTP API over any [`Broker`] (extensions §E13).
+//! `taskgate-admin`: the operators' HTTP API and web console over any [`Broker`]
+//! (extensions §E13).
 //!
 //! [`router`] builds an [`axum::Router`] an application mounts in its own server (nest it
-//! anywhere; its paths start with `/api/v1`), and [`serve`] runs it standalone on a listener
-//! (what `taskgate serve` does). Every answer is JSON; every error is
-//! `{"code": "task.not_resumable", "message": "…"}` with its status ([`ApiError`]).
+//! anywhere; the API's paths start with `/api/v1`, the console's with `/console/`), and
+//! [`serve`] runs it standalone on a listener (what `taskgate serve` does). Every API answer is
+//! JSON; every error is `{"code": "task.not_resumable", "message": "…"}` with its status
+//! ([`ApiError`]).
 //!
 //! | method and path | scope | what |
 //! |---|---|---|
-//! | `GET /api/v1/tasks` | read | tasks in `(created_at, id)` order; filters `type`, `queue`, `status`, `owner`, `business_key`; `page` (from 1), `per_page` (1–100, default 50); `has_more` |
-//! | `GET /api/v1/tasks/{id}` | read | one task |
+//! | `GET /api/v1/tasks` | read | tasks in `(created_at, id)` order; filters `type`, `queue`, `status`, `owner`, `business_key`, `parent` (a task's direct children); `page` (from 1), `per_page` (1–100, default 50); `has_more` |
+//! | `GET /api/v1/tasks/{id}` | read | one task, with its first 100 `children` and `more_children` |
 //! | `POST /api/v1/tasks/{id}/cancel` | write | cancel (a running task gets a cancel request); the task after |
 //! | `POST /api/v1/tasks/{id}/resume` | write | operator resume of a failed or cancelled task |
 //! | `POST /api/v1/tasks/{id}/replay` | write | a new execution of a finished one (body `{"allow_completed": bool, "payload": any}`, optional); 201 |
@@ -17,6 +19,19 @@
 //! | `GET /api/v1/stats` | read, unbound | counts by status and by type, paused queues, the broker's time |
 //! | `GET /api/v1/audit` | read, unbound | audit records, newest first; filters `actor`, `action`, `target`; paging as tasks |
 //! | `GET /api/v1/openapi.json` | none | the OpenAPI document ([`openapi::document`]), generated from the code |
+//! | `GET /console/` (and `console.js`, `console.css`) | none | the web console: static files embedded in the binary |
+//! | `GET /`, `GET /console` | none | 303 to `console/` |
+//!
+//! **Console.** A page with three views: the queues (counts by status, oldest ready age,
+//! pause and resume buttons), the task list (the filters above, paging) and one task (its
+//! fields, steps' progress, message and cursor, payload and result, the replay chain, parents
+//! and children, cancel, resume and replay buttons); each re-reads its data every 5 s, and an
+//! audit view lists the log. No build step and nothing from another origin: the HTML, CSS and
+//! plain DOM script are compiled in. The operator enters a token, which the page keeps in the
+//! tab's `sessionStorage` and sends as `Authorization: Bearer` to the API, which checks it as
+//! for any client; the files themselves hold no data and need none. They are served with a
+//! Content-Security-Policy that allows only the console's own script, style and API, and the
+//! script writes API values as text only (never as HTML).
 //!
 //! Task views render `payload`, `result` and `cursor` as JSON when the bytes are JSON, else as
 //! base64, with `payload_encoding` (`json` / `base64` / null) and the same for the others;
@@ -49,6 +64,7 @@
 //! ```
 
 mod auth;
+mod console;
 mod error;
 pub mod openapi;
 mod routes;
@@ -63,7 +79,7 @@ use taskgate::Broker;
 
 pub use auth::{AdminConfig, Scope, Token, TokenError, MIN_SECRET_BYTES};
 pub use error::ApiError;
-pub use routes::{DEFAULT_PER_PAGE, MAX_PER_PAGE};
+pub use routes::{DEFAULT_PER_PAGE, MAX_CHILDREN, MAX_PER_PAGE};
 pub use view::{
     AuditPage, AuditView, Encoding, QueueList, QueueView, StatsView, TaskPage, TaskView,
 };
@@ -93,6 +109,11 @@ pub fn router(broker: Arc<dyn Broker>, config: AdminConfig) -> Router {
         .route("/api/v1/stats", get(routes::stats))
         .route("/api/v1/audit", get(routes::audit))
         .route("/api/v1/openapi.json", get(routes::openapi))
+        .route("/", get(console::to_console))
+        .route("/console", get(console::to_console))
+        .route("/console/", get(console::index))
+        .route("/console/console.js", get(console::script))
+        .route("/console/console.css", get(console::style))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .with_state(state)

@@ -18,6 +18,8 @@ use crate::AppState;
 pub const MAX_PER_PAGE: usize = 100;
 /// The `per_page` when none is given.
 pub const DEFAULT_PER_PAGE: usize = 50;
+/// The most children a task view lists (`GET /api/v1/tasks?parent=ID` pages through all).
+pub const MAX_CHILDREN: usize = 100;
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
@@ -79,6 +81,9 @@ pub(crate) struct ListParams {
     /// Only this business key's executions.
     #[serde(default)]
     business_key: String,
+    /// Only the direct children of this task (the tasks listing it in `depends_on`).
+    #[serde(default)]
+    parent: String,
     /// The page, from 1 (default 1).
     page: Option<usize>,
     /// Tasks per page, 1 to 100 (default 50).
@@ -116,6 +121,7 @@ pub(crate) async fn list_tasks(
         status,
         business_key: p.business_key,
         owner,
+        parent: p.parent,
         limit: per_page + 1,
         offset: (page - 1) * per_page,
     };
@@ -142,7 +148,19 @@ pub(crate) async fn get_task(
     Segment(id): Segment,
 ) -> ApiResult<TaskView> {
     let task = visible(&state, &caller, &id).await?;
-    Ok(Json(TaskView::from(&task)))
+    let mut view = TaskView::from(&task);
+    // The children an owner-bound caller may see: its owner's.
+    let filter = Filter {
+        parent: task.id.clone(),
+        owner: caller.owner.clone().unwrap_or_default(),
+        limit: MAX_CHILDREN + 1,
+        ..Filter::default()
+    };
+    let mut children = state.broker.list(&filter).await?;
+    view.more_children = Some(children.len() > MAX_CHILDREN);
+    children.truncate(MAX_CHILDREN);
+    view.children = Some(children.into_iter().map(|c| c.id).collect());
+    Ok(Json(view))
 }
 
 /// Runs an audited action as `caller`.

@@ -102,8 +102,15 @@ pub struct TaskView {
     pub started_at: Option<String>,
     /// Finish time (RFC 3339), if finished.
     pub finished_at: Option<String>,
-    /// Parent task IDs (dependencies).
+    /// Parent task IDs (dependencies), as the task's `depends_on` lists them.
     pub parents: Vec<String>,
+    /// The direct children's IDs (the tasks listing this one in `depends_on`), in creation
+    /// order, at most 100 (`MAX_CHILDREN`); `GET /api/v1/tasks?parent=ID` pages through all
+    /// of them. Filled by `GET /api/v1/tasks/{id}` only: null in lists and in the answers of
+    /// mutations.
+    pub children: Option<Vec<String>>,
+    /// True when the task has more children than `children` holds (null where `children` is).
+    pub more_children: Option<bool>,
     /// What happens when a parent fails (`fail_fast`, `ignore`, …).
     pub on_parent_failure: String,
 }
@@ -142,6 +149,8 @@ impl From<&Task> for TaskView {
             started_at: opt_time(t.started_at),
             finished_at: opt_time(t.finished_at),
             parents: t.depends_on.clone(),
+            children: None,
+            more_children: None,
             on_parent_failure: t.on_parent_failure.as_str().to_owned(),
         }
     }

@@ -421,3 +421,349 @@ async fn openapi_document() {
     })
     .await;
 }
+
+/// Bad input never answers 5xx: arbitrary query strings (known and unknown keys, any values,
+/// raw and percent-encoded, invalid UTF-8), path segments (any bytes, percent-encoded) and
+/// bodies (any JSON, any bytes, any content type) on every endpoint, with every kind of token
+/// (write, read, owner-bound, unknown, none), against the seeded SQLite and memory brokers.
+/// Every answer is 2xx or 4xx and JSON; every 4xx is `{code, message}` with both non-empty.
+/// `PROPTEST_CASES` sets the number of requests per backend (default 600).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_never_500_sqlite() {
+    let factory = Arc::new(taskgate_sqlite::testing::SqliteFactory::new());
+    run(factory, |broker| fuzz_backend(broker, "sqlite")).await;
+}
+
+/// [`bad_input_never_500_sqlite`] on the memory broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_never_500_memory() {
+    run(Arc::new(taskgate_memory::testing::MemoryFactory), |broker| fuzz_backend(broker, "memory"))
+        .await;
+}
+
+async fn fuzz_backend(broker: Arc<dyn Broker>, backend: &str) -> Result<(), taskgate::BoxError> {
+    seed(&*broker).await?;
+    let server = Arc::new(Server::start(broker, config()).await);
+    let handle = tokio::runtime::Handle::current();
+    let runner_server = server.clone();
+    let figures = tokio::task::spawn_blocking(move || fuzz::run(&handle, &runner_server)).await??;
+    eprintln!("bad input ({backend}): {figures}");
+    assert!(figures.server_errors == 0 && figures.requests > 0, "{figures}");
+    let server = Arc::try_unwrap(server).map_err(|_| "the server is still shared")?;
+    server.stop().await;
+    Ok(())
+}
+
+mod fuzz {
+    use std::collections::BTreeMap;
+    use std::fmt;
+    use std::sync::Mutex;
+
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use serde_json::Value;
+
+    use super::{ALICE, OPS, VIEWER};
+    use crate::common::Server;
+
+    /// What one run sent and got.
+    #[derive(Debug, Default)]
+    pub(super) struct Figures {
+        pub(super) requests: usize,
+        pub(super) server_errors: usize,
+        by_kind: BTreeMap<&'static str, usize>,
+        by_status: BTreeMap<u16, usize>,
+    }
+
+    impl fmt::Display for Figures {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(
+                f,
+                "{} requests {:?}, statuses {:?}, {} server errors",
+                self.requests, self.by_kind, self.by_status, self.server_errors
+            )
+        }
+    }
+
+    /// One request: its kind, method, path with query, token, content type and body.
+    #[derive(Clone, Debug)]
+    struct Probe {
+        kind: &'static str,
+        method: &'static str,
+        path: String,
+        token: Option<&'static str>,
+        content_type: Option<String>,
+        body: Vec<u8>,
+    }
+
+    /// Every byte but the unreserved ones as `%XX`.
+    fn encode(bytes: &[u8]) -> String {
+        bytes
+            .iter()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(b) {
+                    char::from(*b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    }
+
+    /// Text as a client might send it: arbitrary Unicode, bytes that are not UTF-8, numbers
+    /// at and past every limit, and the known values.
+    fn text() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            any::<String>().prop_map(String::into_bytes),
+            proptest::collection::vec(any::<u8>(), 0..40),
+            prop_oneof![
+                Just("0"),
+                Just("-1"),
+                Just("1"),
+                Just("100"),
+                Just("101"),
+                Just("18446744073709551615"),
+                Just("18446744073709551616"),
+                Just("1e3"),
+                Just(" 5"),
+                Just(""),
+                Just("pending"),
+                Just("completed"),
+                Just("a1"),
+                Just("d1"),
+                Just("mail"),
+                Just("alice"),
+                Just("task:a1"),
+            ]
+            .prop_map(|s| s.as_bytes().to_vec()),
+            any::<u64>().prop_map(|n| n.to_string().into_bytes()),
+        ]
+    }
+
+    const KEYS: &[&str] = &[
+        "page",
+        "per_page",
+        "status",
+        "type",
+        "queue",
+        "owner",
+        "business_key",
+        "parent",
+        "actor",
+        "action",
+        "target",
+    ];
+
+    /// A query string: encoded pairs of known or arbitrary keys, or raw URI characters.
+    fn query() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            4 => proptest::sample::select(KEYS).prop_map(|k| k.as_bytes().to_vec()),
+            1 => text(),
+        ];
+        let pairs = proptest::collection::vec((key, text()), 0..5).prop_map(|pairs| {
+            pairs
+                .iter()
+                .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+                .collect::<Vec<_>>()
+                .join("&")
+        });
+        prop_oneof![3 => pairs, 1 => "[A-Za-z0-9%&=+._~!$'()*,;:@/?-]{0,40}"]
+    }
+
+    fn token() -> impl Strategy<Value = Option<&'static str>> {
+        prop_oneof![
+            4 => Just(Some(OPS)),
+            1 => Just(Some(VIEWER)),
+            1 => Just(Some(ALICE)),
+            1 => Just(Some("not-a-configured-token")),
+            1 => Just(None),
+        ]
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            any::<String>().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("allow_completed".to_owned()),
+                        Just("payload".to_owned()),
+                        any::<String>()
+                    ],
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn body() -> impl Strategy<Value = (Option<String>, Vec<u8>)> {
+        let content_type = prop_oneof![
+            4 => Just(Some("application/json".to_owned())),
+            1 => Just(None),
+            1 => Just(Some("text/plain".to_owned())),
+            1 => Just(Some("application/json; charset=utf-8".to_owned())),
+        ];
+        let bytes = prop_oneof![
+            3 => json_value().prop_map(|v| serde_json::to_vec(&v).expect("JSON")),
+            1 => any::<bool>().prop_map(|allow| {
+                format!(r#"{{"allow_completed":{allow},"payload":{{"n":1}}}}"#).into_bytes()
+            }),
+            1 => proptest::collection::vec(any::<u8>(), 0..64),
+        ];
+        (content_type, bytes)
+    }
+
+    const LISTS: &[&str] = &["/api/v1/tasks", "/api/v1/audit"];
+    const ENDPOINTS: &[(&str, &str)] = &[
+        ("GET", "/api/v1/tasks/{}"),
+        ("POST", "/api/v1/tasks/{}/cancel"),
+        ("POST", "/api/v1/tasks/{}/resume"),
+        ("POST", "/api/v1/tasks/{}/replay"),
+        ("POST", "/api/v1/queues/{}/pause"),
+        ("POST", "/api/v1/queues/{}/resume"),
+    ];
+    const POSTS: &[&str] = &["replay", "cancel", "resume"];
+
+    fn probe() -> impl Strategy<Value = Probe> {
+        let list =
+            (proptest::sample::select(LISTS), query(), token()).prop_map(|(path, q, token)| {
+                Probe {
+                    kind: "query",
+                    method: "GET",
+                    path: format!("{path}?{q}"),
+                    token,
+                    content_type: None,
+                    body: Vec::new(),
+                }
+            });
+        let segment = prop_oneof![
+            3 => text().prop_map(|s| encode(&s)),
+            1 => "[A-Za-z0-9%!$&'()*+,;=:@._~-]{0,30}",
+        ];
+        let path = (proptest::sample::select(ENDPOINTS), segment, token()).prop_map(
+            |((method, template), seg, token)| Probe {
+                kind: "segment",
+                method,
+                path: template.replace("{}", &seg),
+                token,
+                content_type: None,
+                body: Vec::new(),
+            },
+        );
+        let target = prop_oneof![
+            Just("d1".to_owned()),
+            Just("a1".to_owned()),
+            Just("c1".to_owned()),
+            Just("nope".to_owned()),
+            "[a-z0-9]{1,8}",
+        ];
+        let bodies = (target, proptest::sample::select(POSTS), body(), token()).prop_map(
+            |(id, action, (content_type, body), token)| Probe {
+                kind: "body",
+                method: "POST",
+                path: format!("/api/v1/tasks/{id}/{action}"),
+                token,
+                content_type,
+                body,
+            },
+        );
+        prop_oneof![list, path, bodies]
+    }
+
+    /// Sends `cases` arbitrary requests; a 5xx, a non-JSON answer or a 4xx without
+    /// `{code, message}` fails (and proptest shrinks it to the smallest such request).
+    pub(super) fn run(
+        handle: &tokio::runtime::Handle,
+        server: &Server,
+    ) -> Result<Figures, taskgate::BoxError> {
+        let cases =
+            std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
+        let config = Config { cases, failure_persistence: None, ..Config::default() };
+        let figures = Mutex::new(Figures::default());
+        let mut runner = TestRunner::new(config);
+        let outcome = runner.run(&probe(), |p| {
+            let (status, body) = handle.block_on(server.request(
+                p.method,
+                &p.path,
+                p.token,
+                p.content_type.as_deref(),
+                p.body.clone(),
+            ));
+            let mut f = figures.lock().unwrap_or_else(|e| e.into_inner());
+            f.requests += 1;
+            *f.by_kind.entry(p.kind).or_default() += 1;
+            *f.by_status.entry(status).or_default() += 1;
+            if status >= 500 {
+                f.server_errors += 1;
+            }
+            drop(f);
+            prop_assert!((200..500).contains(&status), "{p:?}: {status} {body}");
+            if status >= 400 {
+                let code = body["code"].as_str().unwrap_or_default();
+                let message = body["message"].as_str().unwrap_or_default();
+                prop_assert!(!code.is_empty() && !message.is_empty(), "{p:?}: {status} {body}");
+            }
+            Ok(())
+        });
+        let figures = figures.into_inner().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(()) => Ok(figures),
+            Err(e) => Err(format!("{e} after {figures}").into()),
+        }
+    }
+}
+
+/// The console's files: served without a token (they hold no data) from the binary, with the
+/// headers that keep the page to its own script, style and API (snapshot of the page's status
+/// and headers, `date` and `content-length` aside); `/` and `/console` lead to it; the API still wants a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_files() {
+    run(Arc::new(taskgate_memory::testing::MemoryFactory), |broker| async move {
+        let server = Server::start(broker, config()).await;
+        let (status, headers, body) = server.fetch("/console/").await;
+        let headers: Vec<(String, String)> =
+            headers.into_iter().filter(|(k, _)| k != "date" && k != "content-length").collect();
+        insta::assert_debug_snapshot!("console_index", (status, headers));
+        assert_eq!(body, include_bytes!("../console/index.html"), "the embedded page");
+        for (path, content_type, file) in [
+            (
+                "/console/console.js",
+                "text/javascript; charset=utf-8",
+                &include_bytes!("../console/console.js")[..],
+            ),
+            (
+                "/console/console.css",
+                "text/css; charset=utf-8",
+                &include_bytes!("../console/console.css")[..],
+            ),
+        ] {
+            let (status, headers, body) = server.fetch(path).await;
+            let header =
+                |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+            assert_eq!((status, header("content-type")), (200, Some(content_type)), "{path}");
+            assert!(header("content-security-policy").is_some(), "{path}: a policy");
+            assert_eq!(body, file, "{path}: the embedded file");
+        }
+        for path in ["/", "/console"] {
+            let (status, headers, _) = server.fetch(path).await;
+            let location = headers.iter().find(|(k, _)| k == "location").map(|(_, v)| v.as_str());
+            assert_eq!((status, location), (303, Some("console/")), "{path}");
+        }
+        let (status, body) = server.get("/api/v1/tasks", None).await;
+        assert_eq!((status, body["code"].as_str()), (401, Some("auth.missing")), "{body}");
+        let (status, _, _) = server.fetch("/console/nothing.js").await;
+        assert_eq!(status, 404, "only the three files");
+        server.stop().await;
+        Ok(())
+    })
+    .await;
+}

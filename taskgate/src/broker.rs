@@ -190,6 +190,9 @@ pub struct Filter {
     pub business_key: String,
     /// Only tasks submitted by this owner.
     pub owner: String,
+    /// Only the direct children of this task: the tasks that list this ID in their
+    /// `depends_on` (contract §7.1.2), in any status; not their children.
+    pub parent: String,
     /// At most this many rows; zero means all.
     pub limit: usize,
     /// Skip this many rows first.
@@ -204,6 +207,7 @@ impl Filter {
             && self.status.is_none_or(|s| s == task.status)
             && (self.business_key.is_empty() || self.business_key == task.business_key)
             && (self.owner.is_empty() || self.owner == task.owner)
+            && (self.parent.is_empty() || task.depends_on.iter().any(|p| *p == self.parent))
     }
 }
 

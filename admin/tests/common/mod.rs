@@ -1,5 +1,7 @@
 //! The test server and client: the router on 127.0.0.1:0, a hyper HTTP/1 client, the backend
-//! loop, and the scrubbing of generated IDs and times for snapshots.
+//! loop, and the scrubbing of generated IDs and times for snapshots. Several test binaries
+//! share it, each using a part.
+#![allow(dead_code, reason = "each test binary uses a different part of these helpers")]
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,6 +40,11 @@ impl Server {
         Server { addr, stop: Some(stop), task }
     }
 
+    /// The absolute URL of `path` on this server.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
     pub(crate) async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -66,6 +73,34 @@ impl Server {
         token: Option<&str>,
         body: Option<&str>,
     ) -> (u16, Value) {
+        let content_type = body.map(|_| "application/json");
+        let body = body.unwrap_or_default().as_bytes().to_vec();
+        self.request(method, path, token, content_type, body).await
+    }
+
+    /// Sends one request with any content type and body bytes; asserts the answer comes
+    /// within the request limit, is not a 5xx and is JSON, and returns its status and body.
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> (u16, Value) {
+        tokio::time::timeout(REQUEST_LIMIT, self.exchange(method, path, token, content_type, body))
+            .await
+            .unwrap_or_else(|_| panic!("{method} {path}: no answer within {REQUEST_LIMIT:?}"))
+    }
+
+    async fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> (u16, Value) {
         let stream = TcpStream::connect(self.addr).await.expect("connect");
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
@@ -76,12 +111,10 @@ impl Server {
                 if token.contains(' ') { token.to_owned() } else { format!("Bearer {token}") };
             request = request.header("authorization", value);
         }
-        if body.is_some() {
-            request = request.header("content-type", "application/json");
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
         }
-        let request = request
-            .body(Full::new(Bytes::from(body.unwrap_or_default().to_owned())))
-            .expect("request");
+        let request = request.body(Full::new(Bytes::from(body))).expect("request");
         let response = sender.send_request(request).await.expect("response");
         let status = response.status().as_u16();
         let content_type = response
@@ -97,6 +130,35 @@ impl Server {
             panic!("{method} {path}: not JSON ({e}): {}", String::from_utf8_lossy(&bytes))
         });
         (status, json)
+    }
+
+    /// A plain `GET` without a token, for the console's files: the status, the headers (names
+    /// lowercase, in the order sent) and the body bytes.
+    pub(crate) async fn fetch(&self, path: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let exchange = async {
+            let stream = TcpStream::connect(self.addr).await.expect("connect");
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .expect("handshake");
+            tokio::spawn(conn);
+            let request = Request::builder()
+                .uri(path)
+                .header("host", "test")
+                .body(Full::new(Bytes::new()))
+                .expect("request");
+            let response = sender.send_request(request).await.expect("response");
+            let status = response.status().as_u16();
+            let headers = response
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("<binary>").to_owned()))
+                .collect();
+            let body = response.into_body().collect().await.expect("body").to_bytes().to_vec();
+            (status, headers, body)
+        };
+        tokio::time::timeout(REQUEST_LIMIT, exchange)
+            .await
+            .unwrap_or_else(|_| panic!("GET {path}: no answer within {REQUEST_LIMIT:?}"))
     }
 
     pub(crate) async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {

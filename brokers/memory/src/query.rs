@@ -1,6 +1,8 @@
 //! The read-only queries (contract §7): get, list in `(created_at, id)` order, queue length
 //! and counts. Every result is a deep copy.
 
+use std::sync::Arc;
+
 use taskgate::{Counts, Error, Filter, Result, Task};
 
 use crate::state::State;
@@ -17,20 +19,21 @@ impl State {
         let page = |tasks: &mut dyn Iterator<Item = &Task>| -> Vec<Task> {
             tasks.filter(|t| filter.matches(t)).skip(filter.offset).take(limit).cloned().collect()
         };
-        if filter.business_key.is_empty() {
+        // A parent's children and a key's chain are short lists: gather, sort and page them
+        // instead of walking every task in creation order.
+        let ids: &[Arc<str>] = if !filter.parent.is_empty() {
+            self.tasks.get(filter.parent.as_str()).map_or(&[], |e| &e.children)
+        } else if !filter.business_key.is_empty() {
+            self.chains.get(&filter.business_key).map_or(&[], Vec::as_slice)
+        } else {
             let mut all =
                 self.created.iter().filter_map(|(_, id)| self.tasks.get(id)).map(|e| &e.task);
             return page(&mut all);
-        }
-        let mut chain: Vec<&Task> = self
-            .chains
-            .get(&filter.business_key)
-            .into_iter()
-            .flatten()
-            .filter_map(|id| self.tasks.get(id).map(|e| &e.task))
-            .collect();
-        chain.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        page(&mut chain.into_iter())
+        };
+        let mut few: Vec<&Task> =
+            ids.iter().filter_map(|id| self.tasks.get(id).map(|e| &e.task)).collect();
+        few.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        page(&mut few.into_iter())
     }
 
     /// Pending and retrying tasks of `queue`, delayed ones included.

@@ -7,6 +7,7 @@ mod basics;
 mod batches;
 mod cancel;
 mod check;
+mod children;
 mod claims;
 mod clock;
 mod deps;
@@ -34,6 +35,7 @@ pub use cancel::{
     c39_heartbeat_renews_before_canceled, c40_cancel_request_survives_retry,
     c45_ack_clears_cancel_request,
 };
+pub use children::c53_list_children;
 pub use claims::{c03_claim_mutex, c04_blocking_dequeue, c05_delayed_task, c09_retrying_reclaim};
 pub use clock::{c33_broker_now, c34_retry_after, c37_claims_by_server_clock};
 pub use deps::{c10_dep_wake, c11_cascade_cancel, c12_cancel_states, c43_duplicate_parents};

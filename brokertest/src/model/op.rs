@@ -377,6 +377,7 @@ impl ListSpec {
             status: self.status,
             business_key: self.key.unwrap_or_default().to_owned(),
             owner: String::new(),
+            parent: String::new(),
             limit: self.limit,
             offset: self.offset,
         }

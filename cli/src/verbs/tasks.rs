@@ -47,6 +47,7 @@ pub(crate) async fn list(args: ListArgs, ctx: &Context) -> Outcome {
         status,
         business_key: args.business_key.unwrap_or_default(),
         owner: args.owner.unwrap_or_default(),
+        parent: String::new(),
         limit: args.limit,
         offset: args.offset,
     };

@@ -73,9 +73,9 @@ const KINDS: [Kind; 7] =
 /// The records matching `query`, newest first.
 pub(crate) async fn log(core: &Core, query: &AuditQuery) -> Result<Vec<AuditRecord>> {
     let conditions = [
-        ("actor", query.actor.as_str()),
-        ("action_name", query.action.as_str()),
-        ("target", query.target.as_str()),
+        ("actor = ?", query.actor.as_str()),
+        ("action_name = ?", query.action.as_str()),
+        ("target = ?", query.target.as_str()),
     ];
     let (sql, args) = crate::ops::read::paged_query(
         "SELECT id, at_ms, actor, action_name, target, outcome, detail FROM {audit}",

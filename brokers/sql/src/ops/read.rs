@@ -52,9 +52,10 @@ pub(crate) async fn by_ids(core: &Core, ids: &[&str]) -> Result<HashMap<String, 
     Ok(found)
 }
 
-/// A paged query: `select` (ending in its FROM), `column = ?` for every non-empty condition,
-/// `order`, then `limit` (0 = all) and `offset`. Returns the statement (not yet rendered) and
-/// its arguments. Shared by the task list and the audit log.
+/// A paged query: `select` (ending in its FROM), each condition's predicate (with one `?`,
+/// e.g. `owner = ?`) for every non-empty value, `order`, then `limit` (0 = all) and `offset`.
+/// Returns the statement (not yet rendered) and its arguments. Shared by the task list and the
+/// audit log.
 pub(crate) fn paged_query(
     select: &str,
     conditions: &[(&str, &str)],
@@ -64,9 +65,9 @@ pub(crate) fn paged_query(
 ) -> (String, Vec<Value>) {
     let mut sql = format!("{select} WHERE 1 = 1");
     let mut args = Vec::new();
-    for (column, value) in conditions {
+    for (predicate, value) in conditions {
         if !value.is_empty() {
-            sql.push_str(&format!(" AND {column} = ?"));
+            sql.push_str(&format!(" AND {predicate}"));
             args.push(Value::from(*value));
         }
     }
@@ -91,11 +92,15 @@ pub(crate) fn paged_query(
 pub(crate) async fn list(core: &Core, filter: &Filter) -> Result<Vec<Task>> {
     let status = filter.status.map(Status::as_str).unwrap_or_default();
     let conditions = [
-        ("type", filter.task_type.as_str()),
-        ("queue", filter.queue.as_str()),
-        ("status", status),
-        ("business_key", filter.business_key.as_str()),
-        ("owner", filter.owner.as_str()),
+        ("type = ?", filter.task_type.as_str()),
+        ("queue = ?", filter.queue.as_str()),
+        ("status = ?", status),
+        ("business_key = ?", filter.business_key.as_str()),
+        ("owner = ?", filter.owner.as_str()),
+        // The children by their edges (contract §7.1.2): `idx_deps_parent` (parent_id, done)
+        // finds them, the primary key fetches each; the edge table holds one row per distinct
+        // parent of a stored child, as `depends_on` lists them.
+        ("id IN (SELECT child_id FROM {deps} WHERE parent_id = ?)", filter.parent.as_str()),
     ];
     let (sql, args) = paged_query(
         "SELECT {cols} FROM {tasks}",
