@@ -1,16 +1,17 @@
-//! The sqlx SQLite adapter: one writer connection whose every transaction is `BEGIN
-//! IMMEDIATE`, a small read pool that never waits for the writer (WAL), and a dedicated
-//! connection for migrations.
+//! The sqlx SQLite adapter: one writer connection whose transactions are `BEGIN IMMEDIATE`
+//! and shared by concurrent callers (group commit, [`crate::group`]), a small read pool that
+//! never waits for the writer (WAL), and a dedicated connection for migrations.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqlitePool, SqliteRow};
-use sqlx::{Connection, Executor, Row as _, Sqlite, SqliteConnection, Transaction, ValueRef};
+use sqlx::{Connection, Executor, Row as _, Sqlite, SqliteConnection, ValueRef};
 use taskgate_sql::{Adapter, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::group::GroupWriter;
 
 type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
 
@@ -61,39 +62,6 @@ impl SqlConn for ConnRef<'_> {
     }
 }
 
-/// A `BEGIN IMMEDIATE` transaction on the writer connection, holding the writer permit until
-/// it ends.
-struct SqliteWriteTx {
-    tx: Transaction<'static, Sqlite>,
-    _permit: OwnedSemaphorePermit,
-}
-
-#[async_trait]
-impl SqlConn for SqliteWriteTx {
-    async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        ConnRef(&mut self.tx).execute(sql, args).await
-    }
-
-    async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        ConnRef(&mut self.tx).fetch(sql, args, kinds).await
-    }
-}
-
-#[async_trait]
-impl WriteTx for SqliteWriteTx {
-    async fn commit(self: Box<Self>, _woke: bool) -> DbResult<()> {
-        self.tx.commit().await
-    }
-
-    async fn rollback(self: Box<Self>) -> DbResult<()> {
-        self.tx.rollback().await
-    }
-
-    fn conn(&mut self) -> &mut dyn SqlConn {
-        self
-    }
-}
-
 /// A migration session on its own connection.
 struct SqliteSession(SqliteConnection);
 
@@ -130,12 +98,13 @@ impl Session for SqliteSession {
 /// How often writes trigger a background `PRAGMA optimize` (extensions §E6).
 const OPTIMIZE_EVERY: Duration = Duration::from_secs(600);
 
-/// The SQLite adapter: the writer pool (one connection) and the read pool.
+/// The SQLite adapter: the writer pool (one connection), the group-commit queue of write
+/// transactions on it, and the read pool.
 #[derive(Debug)]
 pub(crate) struct SqliteAdapter {
     pub(crate) writer: SqlitePool,
-    /// One permit: the queue of in-process writers (cancel-safe, unlike a half-run BEGIN).
-    pub(crate) gate: Arc<Semaphore>,
+    /// The queue of in-process writers; concurrent ones share a transaction and its COMMIT.
+    pub(crate) group: GroupWriter,
     pub(crate) readers: SqlitePool,
     pub(crate) session_options: SqliteConnectOptions,
     pub(crate) last_optimize: Mutex<Instant>,
@@ -185,16 +154,7 @@ pub(crate) async fn optimize_on(pool: &SqlitePool) -> DbResult<()> {
 impl Adapter for SqliteAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
         self.optimize_if_due();
-        // Waiting for the permit is the long, cancel-safe part (a dropped waiter leaves the
-        // queue). BEGIN runs on its own task: if our caller is dropped meanwhile, the finished
-        // transaction is dropped there and rolls back, never leaving the connection inside it.
-        let permit =
-            self.gate.clone().acquire_owned().await.map_err(|_| sqlx::Error::PoolClosed)?;
-        let writer = self.writer.clone();
-        let begun = tokio::spawn(async move { writer.begin_with("BEGIN IMMEDIATE").await });
-        let tx =
-            begun.await.map_err(|e| sqlx::Error::Protocol(format!("begin task failed: {e}")))??;
-        Ok(Box::new(SqliteWriteTx { tx, _permit: permit }))
+        self.group.begin().await
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {

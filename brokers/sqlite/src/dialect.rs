@@ -88,10 +88,14 @@ impl Dialect for SqliteDialect {
         true
     }
 
-    fn retry_class(&self, _error: &DbError) -> RetryClass {
+    fn retry_class(&self, error: &DbError) -> RetryClass {
         // One writer connection and BEGIN IMMEDIATE: no deadlocks; SQLITE_BUSY only after
-        // busy_timeout, which is the "medium unreachable" threshold.
-        RetryClass::Never
+        // busy_timeout, which is the "medium unreachable" threshold. A call whose shared
+        // transaction another call's failure rolled back applied nothing: it runs again.
+        match code(error).as_deref() {
+            Some(crate::group::GROUP_ABORTED) => RetryClass::Immediate,
+            _ => RetryClass::Never,
+        }
     }
 
     fn unique_violation(&self, error: &DbError, _prefix: &str) -> Option<UniqueTarget> {
@@ -172,5 +176,11 @@ mod tests {
         let d = SqliteDialect;
         assert_eq!(d.retry_class(&db("5", "database is locked")), RetryClass::Never);
         assert_eq!(d.retry_class(&db("2067", "unique")), RetryClass::Never);
+    }
+
+    #[test]
+    fn a_call_rolled_back_with_its_group_runs_again() {
+        let aborted = db(crate::group::GROUP_ABORTED, "shared transaction rolled back");
+        assert_eq!(SqliteDialect.retry_class(&aborted), RetryClass::Immediate);
     }
 }

@@ -9,6 +9,10 @@
 //!   request, [`Synchronous`]);
 //! * one writer connection per broker; every write transaction is `BEGIN IMMEDIATE`, so
 //!   check-then-write is serialised across processes and there are no deadlocks;
+//! * group commit: concurrent write calls of one broker share that transaction, each in its
+//!   own savepoint (a failing call rolls back only its own work), and one COMMIT — one fsync —
+//!   covers them all; every call returns after the COMMIT that covers it, so `synchronous`
+//!   FULL still means a returned call survives power loss;
 //! * a small read pool (default 4) that never waits for the writer: gets, lists, counts and the
 //!   empty-poll probe are reads, not write transactions;
 //! * in-process waiters wake at once; other processes' writes are found by a 100 ms poll
@@ -31,6 +35,7 @@
 
 mod adapter;
 mod dialect;
+mod group;
 mod migrations;
 mod open;
 mod options;
@@ -44,6 +49,8 @@ use taskgate::{Capabilities, Result, Task};
 use taskgate_sql::SqlBroker;
 
 pub use dialect::SqliteDialect;
+#[cfg(feature = "test-hooks")]
+pub use group::GroupCommitHook;
 pub use migrations::MIGRATIONS;
 pub use options::{
     SqliteOptions, Synchronous, DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_PREFIX,
@@ -129,6 +136,28 @@ impl SqliteBroker {
     /// The applied schema versions, ascending.
     pub async fn schema_versions(&self) -> Result<Vec<i64>> {
         self.adapter.schema_versions(self.inner.prefix()).await
+    }
+
+    /// Installs (or removes) a hook called before each shared COMMIT with the number of calls
+    /// it covers (group commit; tests, feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn set_group_commit_hook(&self, hook: Option<GroupCommitHook>) {
+        self.adapter.group.set_hook(hook);
+    }
+
+    /// Sets how long the first call a shared transaction covers may wait for its COMMIT while
+    /// others join (default 20 ms; tests lengthen it to form groups at their own pace; feature
+    /// `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn set_group_commit_max_wait(&self, wait: std::time::Duration) {
+        self.adapter.group.set_max_wait(wait);
+    }
+
+    /// The write calls of this handle queued for the writer connection (tests, feature
+    /// `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub fn writers_waiting(&self) -> usize {
+        self.adapter.group.waiting()
     }
 }
 

@@ -146,8 +146,8 @@ pub(crate) async fn open(options: SqliteOptions) -> Result<SqliteBroker> {
     let open_error = |source| Error::backend("sqlite", OpenError { what: what.clone(), source });
     let (writer, readers, session_options) = pools(&options).await.map_err(open_error)?;
     let adapter = Arc::new(SqliteAdapter {
+        group: crate::group::GroupWriter::new(writer.clone()),
         writer,
-        gate: Arc::new(tokio::sync::Semaphore::new(1)),
         readers,
         session_options,
         last_optimize: Mutex::new(Instant::now()),
