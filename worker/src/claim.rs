@@ -1,5 +1,6 @@
-//! The claim loop of one queue (runtime spec §12.3, contract §9.6): free slots → rate tokens →
-//! (quota) → one `dequeue_many` for all of them, so one claim transaction feeds many handlers.
+//! The claim loop of a queue with a rate or quota gate (runtime spec §12.3, contract §9.6):
+//! free slots → rate tokens → (quota) → one `dequeue_many` for all of them, so one claim
+//! transaction feeds many handlers. Queues without a gate claim ahead instead (`ahead.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::ahead::Ahead;
 use crate::config::QueueSettings;
 use crate::error::chain_text;
 use crate::inner::{killable, Inner};
@@ -26,7 +28,8 @@ const QUOTA_DEQUEUE_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) struct QueueRt {
     pub(crate) name: String,
     pub(crate) settings: QueueSettings,
-    slots: Arc<Semaphore>,
+    /// One permit per worker: held while a handler (or a worker's run of held tasks) runs.
+    pub(crate) slots: Arc<Semaphore>,
     bucket: Option<TokenBucket>,
     quota: Option<Arc<dyn QuotaGate>>,
     /// The last quota reservation found the window exhausted.
@@ -36,6 +39,8 @@ pub(crate) struct QueueRt {
     /// Handlers running now.
     pub(crate) active: AtomicUsize,
     pub(crate) metrics: QueueMetrics,
+    /// Tasks claimed ahead (queues without a rate or quota gate).
+    pub(crate) ahead: Ahead,
 }
 
 impl QueueRt {
@@ -55,12 +60,19 @@ impl QueueRt {
             exhausted: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
             active: AtomicUsize::new(0),
+            ahead: Ahead::default(),
         }
+    }
+
+    /// True when a rate or quota gate counts this queue's handler starts: it claims only for
+    /// free workers, never ahead.
+    pub(crate) fn gated(&self) -> bool {
+        self.bucket.is_some() || self.quota.is_some()
     }
 }
 
 /// What one claim attempt produced.
-enum Claim {
+pub(crate) enum Claim {
     Tasks(Vec<Task>),
     Retry,
     Stop,
@@ -153,7 +165,12 @@ fn take_free(q: &QueueRt, permit: &mut OwnedSemaphorePermit) {
 
 /// One `dequeue_many` for up to `max` tasks, waiting until one is ready or shutdown (the
 /// dropped claim is cancel-safe: it returns what it claimed to `pending`).
-async fn dequeue(inner: &Inner, q: &QueueRt, max: usize, stop: &CancellationToken) -> Claim {
+pub(crate) async fn dequeue(
+    inner: &Inner,
+    q: &QueueRt,
+    max: usize,
+    stop: &CancellationToken,
+) -> Claim {
     let queues = [q.name.as_str()];
     let claimed = tokio::select! {
         r = inner.broker.dequeue_many(&queues, max) => r,
@@ -165,7 +182,11 @@ async fn dequeue(inner: &Inner, q: &QueueRt, max: usize, stop: &CancellationToke
     }
 }
 
-async fn claim_failed(q: &QueueRt, e: &taskgate::Error, stop: &CancellationToken) -> Claim {
+pub(crate) async fn claim_failed(
+    q: &QueueRt,
+    e: &taskgate::Error,
+    stop: &CancellationToken,
+) -> Claim {
     if e.is(ErrorKind::Closed) {
         tracing::error!(queue = %q.name, "broker closed; claims stop");
         return Claim::Stop;

@@ -47,6 +47,9 @@ pub struct QueueStats {
     pub workers: usize,
     /// Handlers running in this process.
     pub running: usize,
+    /// Tasks this process claimed ahead and holds until a worker is free (they are `running`
+    /// in the broker; see [`QueueConfig::prefetch`](crate::QueueConfig::prefetch)).
+    pub claimed_ahead: usize,
     /// Pending and retrying tasks in the broker (delayed ones included).
     pub queue_len: u64,
     /// Configured handler starts per second (0 = unlimited).
@@ -237,6 +240,7 @@ impl Client {
         Ok(QueueStats {
             workers: settings.workers,
             running: local.map_or(0, |q| q.active.load(Ordering::SeqCst)),
+            claimed_ahead: local.map_or(0, |q| q.ahead.held()),
             queue_len: self.inner.broker.queue_len(queue).await?,
             rps: settings.rps,
             quota_exhausted: flag(|q| q.exhausted.load(Ordering::SeqCst)),

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use taskgate::{AckItem, Broker, ErrorKind};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +64,13 @@ impl Completer {
     }
 }
 
-/// The batching task: collects, flushes, and on `stop` drains and flushes what is left.
+/// Flushes in flight at once: while one batch commits, the next fills and can commit too (on
+/// a server database the commits overlap; SQLite's one writer takes them in turn).
+const FLUSHES: usize = 4;
+
+/// The batching task: collects, flushes (up to [`FLUSHES`] batches at once), and on `stop`
+/// drains and flushes what is left, returning once every flush finished. Dropped (a crash),
+/// it drops its flushes where they stand.
 pub(crate) async fn run(
     inner: Arc<Inner>,
     mut rx: mpsc::Receiver<Done>,
@@ -71,6 +78,7 @@ pub(crate) async fn run(
     max_wait: Duration,
     stop: CancellationToken,
 ) {
+    let mut flushes = JoinSet::new();
     let mut batch: Vec<Done> = Vec::with_capacity(max_batch);
     loop {
         let first = tokio::select! {
@@ -90,16 +98,38 @@ pub(crate) async fn run(
                 () = stop.cancelled() => break,
             }
         }
-        flush(&inner, &mut batch).await;
+        spawn_flush(&inner, &mut flushes, &mut batch, max_batch).await;
     }
     rx.close();
     while let Some(done) = rx.recv().await {
         batch.push(done);
         if batch.len() >= max_batch {
-            flush(&inner, &mut batch).await;
+            spawn_flush(&inner, &mut flushes, &mut batch, max_batch).await;
         }
     }
-    flush(&inner, &mut batch).await;
+    spawn_flush(&inner, &mut flushes, &mut batch, max_batch).await;
+    while flushes.join_next().await.is_some() {}
+}
+
+/// Starts flushing `batch` once fewer than [`FLUSHES`] are in flight.
+async fn spawn_flush(
+    inner: &Arc<Inner>,
+    flushes: &mut JoinSet<()>,
+    batch: &mut Vec<Done>,
+    max_batch: usize,
+) {
+    if batch.is_empty() {
+        return;
+    }
+    while flushes.len() >= FLUSHES {
+        flushes.join_next().await;
+    }
+    let full = std::mem::replace(batch, Vec::with_capacity(max_batch));
+    let inner = inner.clone();
+    flushes.spawn(async move {
+        let mut full = full;
+        flush(&inner, &mut full).await;
+    });
 }
 
 /// Writes one batch with `ack_many`, retrying storage failures; records each item's outcome.

@@ -112,7 +112,17 @@ pub struct QueueConfig {
     pub quota_period: Duration,
     /// Quota budget key; empty means the queue's name.
     pub quota_key: String,
+    /// The most tasks claimed ahead of the free workers and held here until a worker is free
+    /// (0: a claim takes at most the free workers). The runtime claims ahead only as far as
+    /// the handlers finish in about two claim round trips, so slow handlers never hoard tasks;
+    /// held tasks' leases are renewed by heartbeats, and shutdown requeues them unchanged.
+    /// Never used on a queue with `rps` or a quota (their gates count handler starts).
+    /// Default [`DEFAULT_PREFETCH`].
+    pub prefetch: u32,
 }
+
+/// The default [`QueueConfig::prefetch`].
+pub const DEFAULT_PREFETCH: u32 = 512;
 
 impl Default for QueueConfig {
     fn default() -> Self {
@@ -125,6 +135,7 @@ impl Default for QueueConfig {
             quota_limit: 0,
             quota_period: Duration::ZERO,
             quota_key: String::new(),
+            prefetch: DEFAULT_PREFETCH,
         }
     }
 }
@@ -163,6 +174,12 @@ impl QueueConfig {
     pub fn quota(mut self, limit: u32, period: Duration) -> Self {
         self.quota_limit = limit;
         self.quota_period = period;
+        self
+    }
+
+    /// Claims at most `tasks` ahead of the free workers (0: never ahead).
+    pub fn prefetch(mut self, tasks: u32) -> Self {
+        self.prefetch = tasks;
         self
     }
 }
@@ -211,6 +228,8 @@ pub(crate) struct QueueSettings {
     pub(crate) lease_ttl: Duration,
     pub(crate) manual_heartbeat: bool,
     pub(crate) quota: Option<QuotaConfig>,
+    /// Tasks claimed ahead at most; 0 where `rps` or a quota gate handler starts.
+    pub(crate) prefetch: usize,
 }
 
 /// A validated [`Config`].
@@ -328,6 +347,10 @@ fn settings(path: &str, queue: &str, q: &QueueConfig) -> Result<QueueSettings> {
         burst,
         lease_ttl: if q.lease_ttl.is_zero() { DEFAULT_LEASE_TTL } else { q.lease_ttl },
         manual_heartbeat: q.manual_heartbeat,
+        prefetch: match q.rps > 0.0 || quota.is_some() {
+            true => 0,
+            false => usize::try_from(q.prefetch).unwrap_or(usize::MAX),
+        },
         quota,
     })
 }

@@ -46,6 +46,7 @@
 //! of side effects). Metrics names are in [`metric_names`]; every execution runs in a
 //! `taskgate.task` tracing span with its kind, queue, ID and attempt.
 
+mod ahead;
 mod claim;
 mod client;
 mod completer;
@@ -63,7 +64,7 @@ mod running;
 mod runtime;
 
 pub use client::{Client, Group, QueueStats, WAIT_POLL};
-pub use config::{CompleterConfig, Config, QueueConfig};
+pub use config::{CompleterConfig, Config, QueueConfig, DEFAULT_PREFETCH};
 pub use context::JobContext;
 pub use error::{Error, FailureKind, JobError, Result};
 pub use handler::Stepped;

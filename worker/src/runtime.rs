@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::ahead;
 use crate::claim::{claim_loop, QueueRt};
 use crate::completer::{self, Completer};
 use crate::config::{QueueSettings, Resolved};
@@ -355,7 +356,16 @@ impl Runtime {
             );
         }
         for q in inner.queues.values() {
-            spawn(&self.loops, Box::pin(claim_loop(inner.clone(), q.clone(), self.execs.clone())));
+            let execs = self.execs.clone();
+            if q.gated() {
+                spawn(&self.loops, Box::pin(claim_loop(inner.clone(), q.clone(), execs)));
+                continue;
+            }
+            for n in 0..ahead::FEEDERS {
+                let feed = ahead::feed_loop(inner.clone(), q.clone(), execs.clone(), n);
+                spawn(&self.loops, Box::pin(feed));
+            }
+            spawn(&self.loops, Box::pin(ahead::keeper(inner.clone(), q.clone(), execs)));
         }
         let min_ttl = inner.queues.values().map(|q| q.settings.lease_ttl).min();
         if let Some(ttl) = min_ttl {
@@ -370,7 +380,8 @@ impl Runtime {
         }
     }
 
-    /// Stops gracefully (runtime spec §12.5): no more claims, submits or reaps; running
+    /// Stops gracefully (runtime spec §12.5): no more claims, submits or reaps; tasks claimed
+    /// ahead that no handler started are requeued with no counter changed; running
     /// handlers get `grace` to finish (their results are written); then the rest are
     /// cancelled and requeued with no counter changed ([`Error::ShutdownTimedOut`]); acks are
     /// flushed. A second call returns `Ok` at once. The broker stays open (it is yours).
@@ -381,6 +392,9 @@ impl Runtime {
         self.inner.shutting_down.cancel();
         self.loops.close();
         self.loops.wait().await;
+        for q in self.inner.queues.values() {
+            ahead::requeue_held(&self.inner, q).await;
+        }
         self.execs.close();
         let graceful = tokio::time::timeout(grace, self.execs.wait()).await.is_ok();
         let mut interrupted = 0;

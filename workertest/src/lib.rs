@@ -90,6 +90,8 @@ macro_rules! __with_scenarios {
             w42_config_errors,
             w43_rejected_writes_fail,
             w44_priority_orders_runs,
+            w45_claimed_ahead_requeued_on_shutdown,
+            w46_no_claim_ahead_when_off_or_gated,
         }
     };
 }

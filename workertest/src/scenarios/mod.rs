@@ -1,5 +1,6 @@
 //! The scenarios, by area. Each is `pub async fn wNN_name(factory) -> CaseResult`.
 
+mod ahead;
 mod basics;
 mod cancel;
 mod deps;
@@ -9,6 +10,7 @@ mod quota;
 mod retries;
 mod schedules;
 
+pub use ahead::*;
 pub use basics::*;
 pub use cancel::*;
 pub use deps::*;

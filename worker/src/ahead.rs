@@ -1,0 +1,425 @@
+//! Claiming ahead on a queue with no rate or quota gate: claims feed a small local buffer of
+//! claimed-but-unstarted tasks, and a worker that finishes a task starts the next buffered one
+//! at once, so handlers do not wait for a claim round trip and one claim carries many tasks.
+//!
+//! - **How far ahead**: the buffer's target is what the workers finish in about two claim
+//!   round trips (the measured finish rate × twice the measured claim time), at most the
+//!   queue's `prefetch`. Slow handlers therefore never hoard tasks; no-op handlers claim in
+//!   batches of hundreds. A claim is made when the buffer plus the claims in flight fall below
+//!   the free workers plus that target (with a buffer left: below half of it, so claims stay
+//!   large).
+//! - **Claims in flight**: feeder 0 waits for work (`dequeue_many`, woken by the broker's
+//!   wake-ups); the others claim without waiting (`try_dequeue_many`) only while the last claim
+//!   came back full (a backlog), so an idle queue runs one waiting claim, not several.
+//! - **Leases**: the keeper heartbeats every task held longer than a heartbeat period (TTL/3
+//!   on the runtime's clock); a held task found cancelled is finished as cancelled, one whose
+//!   lease was lost is dropped (the reaper owns it).
+//! - **Shutdown**: no held task starts once shutdown began; the held tasks are requeued with
+//!   no counter changed (`requeue`), like interrupted ones. A crash leaves them `running` until
+//!   their leases expire, like running ones.
+
+use std::collections::VecDeque;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use taskgate::{ErrorKind, Task, Timestamp};
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::claim::{claim_failed, Claim, QueueRt};
+use crate::error::chain_text;
+use crate::inner::{killable, write_with_retry, Inner};
+
+/// Claims in flight at most per queue (one waiting, the others only during a backlog).
+pub(crate) const FEEDERS: usize = 2;
+/// The most tasks one claim asks for.
+const MAX_CLAIM: usize = 1_000;
+/// Bounds of the look-ahead window (twice the measured claim time).
+const LOOKAHEAD: (f64, f64) = (0.002, 0.2);
+/// The finish rate is re-measured at most this often.
+const RATE_WINDOW: Duration = Duration::from_millis(5);
+/// Requeues at once when shutdown returns the held tasks.
+const REQUEUE_PARALLEL: usize = 16;
+
+/// A claimed task waiting for a worker.
+struct Held {
+    task: Task,
+    /// When its lease was last taken or renewed (runtime clock).
+    renewed: Timestamp,
+}
+
+/// The claim-ahead state of one queue.
+#[derive(Default)]
+pub(crate) struct Ahead {
+    state: Mutex<State>,
+    /// Raised when the buffer shrinks, a worker frees its slot or a claim lands.
+    demand: Notify,
+    /// Tasks this queue's workers finished (the finish rate's numerator).
+    finished: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    buffer: VecDeque<Held>,
+    /// Tasks asked for by claims in flight.
+    inflight: usize,
+    /// The last claim came back full: more is waiting.
+    backlog: bool,
+    pace: Pace,
+}
+
+/// The measured finish rate and claim time.
+struct Pace {
+    at: Instant,
+    finished: u64,
+    /// Tasks finished per second.
+    rate: f64,
+    /// Seconds one full claim took.
+    claim: f64,
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace { at: Instant::now(), finished: 0, rate: 0.0, claim: 0.0 }
+    }
+}
+
+impl Pace {
+    /// Tasks to hold ahead: what the workers finish in two claim times, at most `cap`.
+    fn target(&mut self, finished: u64, cap: usize) -> usize {
+        if cap == 0 {
+            return 0;
+        }
+        let now = Instant::now();
+        let dt = now.duration_since(self.at);
+        if dt >= RATE_WINDOW {
+            let done = finished.saturating_sub(self.finished) as f64;
+            let rate = done / dt.as_secs_f64();
+            self.rate = if self.rate == 0.0 { rate } else { 0.6 * self.rate + 0.4 * rate };
+            self.at = now;
+            self.finished = finished;
+        }
+        let window = (2.0 * self.claim).clamp(LOOKAHEAD.0, LOOKAHEAD.1);
+        whole(self.rate * window).min(cap)
+    }
+
+    fn claimed(&mut self, took: Duration) {
+        let secs = took.as_secs_f64();
+        self.claim = if self.claim == 0.0 { secs } else { 0.7 * self.claim + 0.3 * secs };
+    }
+}
+
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "a task count: finite, non-negative, saturating at usize::MAX"
+)]
+fn whole(tasks: f64) -> usize {
+    tasks.floor().max(0.0) as usize
+}
+
+impl Ahead {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every update is a few plain field writes: a poisoned state is still consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tasks held here now.
+    pub(crate) fn held(&self) -> usize {
+        self.state().buffer.len()
+    }
+
+    /// How many tasks a claim should ask for now (0: none yet).
+    fn want(&self, q: &QueueRt, st: &mut State) -> usize {
+        let free = q.slots.available_permits();
+        let ahead = st.pace.target(self.finished.load(Ordering::Relaxed), q.settings.prefetch);
+        let target = free + ahead;
+        let have = st.buffer.len() + st.inflight;
+        let need = target.saturating_sub(have);
+        // Idle workers and nothing held: claim whatever is needed now. Otherwise wait until
+        // half the target is missing, so claims stay large.
+        let least = match st.buffer.is_empty() && free > 0 {
+            true => 1,
+            false => (target / 2).max(1),
+        };
+        match need >= least {
+            true => need.min(MAX_CLAIM),
+            false => 0,
+        }
+    }
+
+    /// Wakes the feeders when a claim is due.
+    fn poke(&self, q: &QueueRt) {
+        let due = {
+            let mut st = self.state();
+            self.want(q, &mut st) > 0
+        };
+        if due {
+            self.demand.notify_waiters();
+        }
+    }
+}
+
+/// One feeder of `q` until shutdown: reserve what the queue needs, claim it, hand it over.
+pub(crate) async fn feed_loop(inner: Arc<Inner>, q: Arc<QueueRt>, execs: TaskTracker, n: usize) {
+    let stop = inner.shutting_down.clone();
+    loop {
+        let Some(want) = reserve(&q, &stop, n).await else { return };
+        let started = Instant::now();
+        let claim = match n {
+            0 => crate::claim::dequeue(&inner, &q, want, &stop).await,
+            _ => try_dequeue(&inner, &q, want, &stop).await,
+        };
+        match claim {
+            Claim::Tasks(tasks) => deliver(&inner, &q, &execs, want, tasks, started.elapsed()),
+            Claim::Retry => release(&q, want),
+            Claim::Stop => {
+                release(&q, want);
+                return;
+            }
+        }
+    }
+}
+
+/// Waits until a claim is due (feeder `n` > 0: and a backlog is known); reserves its size.
+async fn reserve(q: &QueueRt, stop: &CancellationToken, n: usize) -> Option<usize> {
+    loop {
+        let mut notified = pin!(q.ahead.demand.notified());
+        notified.as_mut().enable();
+        {
+            let mut st = q.ahead.state();
+            if n == 0 || st.backlog {
+                let want = q.ahead.want(q, &mut st);
+                if want > 0 {
+                    st.inflight += want;
+                    return Some(want);
+                }
+            }
+        }
+        tokio::select! {
+            () = notified => {}
+            () = stop.cancelled() => return None,
+        }
+    }
+}
+
+fn release(q: &QueueRt, want: usize) {
+    {
+        let mut st = q.ahead.state();
+        st.inflight = st.inflight.saturating_sub(want);
+    }
+    q.ahead.demand.notify_waiters();
+}
+
+/// One `try_dequeue_many` (a backlog is known; an empty answer ends it).
+async fn try_dequeue(inner: &Inner, q: &QueueRt, max: usize, stop: &CancellationToken) -> Claim {
+    let queues = [q.name.as_str()];
+    let claimed = tokio::select! {
+        r = inner.broker.try_dequeue_many(&queues, max) => r,
+        () = stop.cancelled() => return Claim::Stop,
+    };
+    match claimed {
+        Ok(tasks) => Claim::Tasks(tasks),
+        Err(e) => claim_failed(q, &e, stop).await,
+    }
+}
+
+/// Hands claimed tasks to the buffer and starts as many as there are free workers.
+fn deliver(
+    inner: &Arc<Inner>,
+    q: &Arc<QueueRt>,
+    execs: &TaskTracker,
+    want: usize,
+    tasks: Vec<Task>,
+    took: Duration,
+) {
+    let renewed = inner.clock.now_ms();
+    {
+        let mut st = q.ahead.state();
+        st.inflight = st.inflight.saturating_sub(want);
+        let full = tasks.len() >= want;
+        st.backlog = full;
+        if full {
+            st.pace.claimed(took);
+        }
+        st.buffer.extend(tasks.into_iter().map(|task| Held { task, renewed }));
+    }
+    q.ahead.demand.notify_waiters();
+    pump(inner, q, execs);
+}
+
+/// Starts held tasks while workers are free (none once shutdown began).
+pub(crate) fn pump(inner: &Arc<Inner>, q: &Arc<QueueRt>, execs: &TaskTracker) {
+    loop {
+        let task = {
+            let mut st = q.ahead.state();
+            if inner.shutting_down.is_cancelled() || st.buffer.is_empty() {
+                break;
+            }
+            let Ok(slot) = q.slots.clone().try_acquire_owned() else { break };
+            match st.buffer.pop_front() {
+                Some(held) => (held.task, slot),
+                None => break,
+            }
+        };
+        let (task, slot) = task;
+        let run = worker(inner.clone(), q.clone(), execs.clone(), task, slot);
+        execs.spawn(killable(inner.kill.clone(), run));
+    }
+}
+
+/// One worker: runs `task`, then the next held task while there is one, then frees its slot.
+async fn worker(
+    inner: Arc<Inner>,
+    q: Arc<QueueRt>,
+    execs: TaskTracker,
+    mut task: Task,
+    slot: OwnedSemaphorePermit,
+) {
+    loop {
+        crate::execute::execute(inner.clone(), q.clone(), task, None).await;
+        q.ahead.finished.fetch_add(1, Ordering::Relaxed);
+        let next = {
+            let mut st = q.ahead.state();
+            match inner.shutting_down.is_cancelled() {
+                true => None,
+                false => st.buffer.pop_front(),
+            }
+        };
+        q.ahead.poke(&q);
+        match next {
+            Some(held) => task = held.task,
+            None => break,
+        }
+    }
+    drop(slot);
+    q.ahead.demand.notify_waiters();
+    // A claim may have landed while this worker still held its slot.
+    pump(&inner, &q, &execs);
+}
+
+/// Renews the leases of tasks held longer than a heartbeat period, every period, until
+/// shutdown (a round in progress finishes, so every held task is back before shutdown
+/// requeues them).
+pub(crate) async fn keeper(inner: Arc<Inner>, q: Arc<QueueRt>, execs: TaskTracker) {
+    let period = (q.settings.lease_ttl / 3).max(Duration::from_millis(1));
+    let mut ticker = inner.clock.ticker(period);
+    loop {
+        tokio::select! {
+            () = ticker.tick() => {}
+            () = inner.shutting_down.cancelled() => return,
+        }
+        let now = inner.clock.now_ms();
+        let due: VecDeque<Held> = {
+            let mut st = q.ahead.state();
+            let (due, keep): (VecDeque<Held>, VecDeque<Held>) = std::mem::take(&mut st.buffer)
+                .into_iter()
+                .partition(|h| now.duration_since(h.renewed) >= period);
+            st.buffer = keep;
+            due
+        };
+        if due.is_empty() {
+            continue;
+        }
+        let mut back = Vec::with_capacity(due.len());
+        for mut held in due {
+            let (id, token) = (&held.task.id, &held.task.lease_token);
+            match inner.broker.heartbeat(id, token).await {
+                Ok(()) => {
+                    held.renewed = inner.clock.now_ms();
+                    back.push(held);
+                }
+                Err(e) if e.is(ErrorKind::Canceled) => cancel_held(&inner, &q, &held.task).await,
+                Err(e) if e.is(ErrorKind::LeaseLost) || e.is(ErrorKind::NotFound) => {
+                    q.metrics.lease_lost.increment(1);
+                    tracing::warn!(task = %id, "a held task's lease was lost; the reaper owns it");
+                }
+                Err(e) => {
+                    tracing::warn!(task = %id, error = %chain_text(&e),
+                        "heartbeat of a held task failed (tolerated)");
+                    back.push(held);
+                }
+            }
+        }
+        {
+            let mut st = q.ahead.state();
+            for held in back.into_iter().rev() {
+                st.buffer.push_front(held);
+            }
+        }
+        pump(&inner, &q, &execs);
+    }
+}
+
+/// A held task cancelled meanwhile: finished as cancelled without running.
+async fn cancel_held(inner: &Inner, q: &QueueRt, task: &Task) {
+    let (id, token) = (task.id.as_str(), task.lease_token.as_str());
+    match write_with_retry("finish_canceled", || inner.broker.finish_canceled(id, token)).await {
+        Ok(()) => {
+            q.metrics.canceled.increment(1);
+            tracing::info!(task = id, "cancelled before it started");
+        }
+        Err(e) => tracing::warn!(task = id, error = %chain_text(&e),
+            "finish_canceled of a held task failed; it runs again after its lease expires"),
+    }
+    inner.finished();
+}
+
+/// Shutdown: requeues every held task with no counter changed; returns how many.
+pub(crate) async fn requeue_held(inner: &Arc<Inner>, q: &Arc<QueueRt>) -> usize {
+    let held: Vec<Held> = q.ahead.state().buffer.drain(..).collect();
+    let mut requeued = 0;
+    for chunk in held.chunks(REQUEUE_PARALLEL) {
+        let mut set = tokio::task::JoinSet::new();
+        for h in chunk {
+            let (broker, id, token) =
+                (inner.broker.clone(), h.task.id.clone(), h.task.lease_token.clone());
+            set.spawn(async move {
+                let r = write_with_retry("requeue", || broker.requeue(&id, &token)).await;
+                (id, r)
+            });
+        }
+        while let Some(joined) = set.join_next().await {
+            match joined {
+                Ok((_, Ok(()))) => {
+                    requeued += 1;
+                    q.metrics.requeued.increment(1);
+                }
+                Ok((id, Err(e))) => tracing::warn!(task = %id, error = %chain_text(&e),
+                    "requeue of a held task failed; it runs again after its lease expires"),
+                Err(e) => tracing::error!(error = %e, "a requeue task ended abnormally"),
+            }
+        }
+    }
+    if requeued > 0 {
+        tracing::info!(queue = %q.name, requeued, "shutdown returned the tasks claimed ahead");
+    }
+    requeued
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_follows_the_finish_rate_and_the_cap() {
+        let mut pace = Pace::default();
+        pace.claimed(Duration::from_millis(5));
+        pace.at = Instant::now() - Duration::from_millis(100);
+        // 1,000 finished in 100 ms: 10,000/s × 10 ms window = 100.
+        let t = pace.target(1_000, 512);
+        assert!((90..=110).contains(&t), "{t}");
+        assert_eq!(pace.target(1_000, 0), 0, "cap 0: never ahead");
+        let mut slow = Pace::default();
+        slow.claimed(Duration::from_millis(5));
+        slow.at = Instant::now() - Duration::from_secs(1);
+        assert_eq!(slow.target(4, 512), 0, "4/s handlers hold nothing ahead");
+        let mut fast = Pace::default();
+        fast.claimed(Duration::from_millis(20));
+        fast.at = Instant::now() - Duration::from_millis(10);
+        assert_eq!(fast.target(1_000_000, 512), 512, "capped by prefetch");
+    }
+}

@@ -1,0 +1,151 @@
+//! Claiming ahead (`QueueConfig::prefetch`): tasks claimed beyond the free workers are held
+//! locally, returned unchanged at shutdown, never claimed ahead on a gated queue, and never
+//! started when the queue's setting forbids it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use brokertest::{CaseResult, Factory};
+use taskgate::{Filter, Status, Task};
+use taskgate_worker::{Config, Error, JobContext, JobError, QueueConfig, SubmitOptions};
+
+use super::count;
+use crate::jobs::{Calls, Work};
+use crate::{eventually, within, World};
+
+/// Fast tasks first, then ones that block until cancelled.
+const FAST: u32 = 200;
+const TOTAL: u32 = 300;
+
+/// Submits `TOTAL` `Work` tasks (n = 0..TOTAL, in one group) from a producer-only runtime;
+/// returns each stored task's `n` and snapshot by ID.
+async fn fill(world: &World) -> crate::TestResult<HashMap<String, (u32, Task)>> {
+    let producer = world.start(|b| b.config(Config::new())).await?;
+    let client = producer.client();
+    let mut group = client.group();
+    let ns: Vec<(String, u32)> =
+        (0..TOTAL).map(|n| (group.add(Work { n }, SubmitOptions::new()).to_string(), n)).collect();
+    let stored: HashMap<String, Task> =
+        group.submit().await?.into_iter().map(|t| (t.id.clone(), t)).collect();
+    producer.shutdown(Duration::from_secs(5)).await?;
+    let mut out = HashMap::new();
+    for (id, n) in ns {
+        let task = stored.get(&id).cloned().ok_or_else(|| format!("task {n} not stored"))?;
+        out.insert(id, (n, task));
+    }
+    Ok(out)
+}
+
+/// One worker, fast handlers, then one that blocks: the runtime claims ahead (more `Work`
+/// tasks are `running` in the broker than there are workers, and `stats` shows them held).
+/// Shutdown with a short grace requeues the interrupted one and every held one with
+/// attempts, lease-lost and throttled counters 0 and `run_at` unchanged; no task is left
+/// running, no held task's handler ever ran, and a later runtime runs every requeued task.
+pub async fn w45_claimed_ahead_requeued_on_shutdown(factory: &dyn Factory) -> CaseResult {
+    let world = World::new(factory).await?;
+    let before = fill(&world).await?;
+    let (fast, slow) = (Calls::default(), Calls::default());
+    let (f, s) = (fast.clone(), slow.clone());
+    let config = Config::new().queue("work", QueueConfig::workers(1).prefetch(64));
+    let rt = world
+        .start(move |b| {
+            b.config(config).register(move |job: Work, ctx: JobContext| {
+                let (f, s) = (f.clone(), s.clone());
+                async move {
+                    if job.n < FAST {
+                        f.hit();
+                        return Ok(job.n);
+                    }
+                    s.hit();
+                    ctx.cancelled().await;
+                    Err(JobError::msg("interrupted"))
+                }
+            })
+        })
+        .await?;
+    let client = rt.client();
+    eventually("the blocking handler started", || async { Ok(slow.get() == 1) }).await?;
+    eventually("tasks held ahead of the one worker", || async {
+        let stats = client.stats("work").await?;
+        let running = count(&client, "work", Status::Running).await?;
+        Ok(stats.running == 1 && stats.claimed_ahead > 0 && running > 1)
+    })
+    .await?;
+    let held = client.stats("work").await?.claimed_ahead;
+    assert!(held <= 64, "at most prefetch held: {held}");
+    let stopped = rt.shutdown(Duration::from_millis(300)).await;
+    assert!(matches!(stopped, Err(Error::ShutdownTimedOut { interrupted: 1 })), "{stopped:?}");
+    assert_eq!(client.stats("work").await?.claimed_ahead, 0, "nothing held after shutdown");
+    assert_eq!((fast.get(), slow.get()), (FAST as usize, 1), "no held task ran");
+    let all = client.list(&Filter { task_type: "work".into(), ..Filter::default() }).await?;
+    assert_eq!(all.len(), TOTAL as usize);
+    let mut pending = 0;
+    for t in &all {
+        let (n, stored) = before.get(&t.id).ok_or_else(|| format!("unknown task {}", t.id))?;
+        let n = *n;
+        if n < FAST {
+            assert_eq!(t.status, Status::Completed, "task {n}");
+            continue;
+        }
+        pending += 1;
+        assert_eq!(t.status, Status::Pending, "task {n} returned");
+        assert_eq!((t.attempts, t.lease_lost, t.throttled), (0, 0, 0), "task {n}: counters");
+        assert_eq!(t.run_at, stored.run_at, "task {n}: run_at unchanged");
+    }
+    assert_eq!(pending, TOTAL - FAST);
+    // A later runtime runs every returned task.
+    let config = Config::new().queue("work", QueueConfig::workers(4));
+    let rerun = world
+        .start(move |b| b.config(config).register(|job: Work, _ctx| async move { Ok(job.n) }))
+        .await?;
+    let c2 = rerun.client();
+    eventually("every task completed", || async {
+        Ok(count(&c2, "work", Status::Completed).await? == u64::from(TOTAL))
+    })
+    .await?;
+    rerun.shutdown(Duration::from_secs(5)).await?;
+    world.finish().await
+}
+
+/// `prefetch(0)` and a rate-limited queue never claim ahead: with one worker blocked, the
+/// broker holds exactly one `Work` task `running` while more wait.
+pub async fn w46_no_claim_ahead_when_off_or_gated(factory: &dyn Factory) -> CaseResult {
+    for (what, queue) in [
+        ("prefetch 0", QueueConfig::workers(1).prefetch(0)),
+        ("rps 1000", QueueConfig::workers(1).rps(1000.0)),
+    ] {
+        let world = World::new(factory).await?;
+        fill(&world).await?;
+        let slow = Calls::default();
+        let s = slow.clone();
+        let config = Config::new().queue("work", queue);
+        let rt = world
+            .start(move |b| {
+                b.config(config).register(move |job: Work, ctx: JobContext| {
+                    let s = s.clone();
+                    async move {
+                        if job.n < FAST {
+                            return Ok(job.n);
+                        }
+                        s.hit();
+                        ctx.cancelled().await;
+                        Err(JobError::msg("interrupted"))
+                    }
+                })
+            })
+            .await?;
+        let client = rt.client();
+        eventually("the blocking handler started", || async { Ok(slow.get() == 1) }).await?;
+        // Give a claim-ahead every chance to happen before looking.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let running = count(&client, "work", Status::Running).await?;
+        assert_eq!(running, 1, "{what}: one task running, none held");
+        assert_eq!(client.stats("work").await?.claimed_ahead, 0, "{what}");
+        let stopped = within(what, rt.shutdown(Duration::from_millis(100))).await?;
+        assert!(matches!(stopped, Err(Error::ShutdownTimedOut { interrupted: 1 })), "{what}");
+        let pending = count(&client, "work", Status::Pending).await?;
+        assert_eq!(pending, u64::from(TOTAL - FAST), "{what}: the rest pending");
+        world.finish().await?;
+    }
+    Ok(())
+}
