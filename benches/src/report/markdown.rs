@@ -349,10 +349,11 @@ fn runtime(out: &mut String, r: &Report, h: &str) {
          shutdown returns (every handler ran, every ack written); † = stopped at its deadline \
          before the backlog was empty (rate over the work done). Steady: the producers run for \
          the window while the runtime works; jobs/s = handlers started in the window (produced \
-         per second in brackets). The runtime has one claim loop per queue: a claim takes up to \
-         the free workers (`dequeue_many`), so 16 workers claim at most 16 per transaction while \
-         the broker cell runs 16 claimers of 100. Acks: `completer` = batched `ack_many` (flush \
-         at 100 or 5 ms), `inline` = each handler acks its own task.\n"
+         per second in brackets). The runtime claims ahead of its workers (default `prefetch`: \
+         up to two claims in flight per queue, each sized by the handlers' finish rate, so no-op \
+         handlers claim hundreds of tasks per transaction with any number of workers). Acks: \
+         `completer` = batched `ack_many` (flush at 100 or 5 ms, up to 4 flushes at once), \
+         `inline` = each handler acks its own task.\n"
     );
     if !r.runtime_pickups.is_empty() {
         let _ = writeln!(

@@ -235,15 +235,15 @@ impl Turn {
 
     /// Undoes the work an unfinished caller left.
     async fn settle_undo(&mut self) {
-        match self.guard.undo.take() {
-            None => {}
-            Some(Undo::Whole) => self.abort().await,
-            Some(Undo::Savepoint) => {
-                if self.exec(ROLLBACK_TO).await.is_err() {
-                    // The transaction is gone (an error rolled it back): so is the others' work.
-                    self.abort().await;
-                }
-            }
+        // When `ROLLBACK TO` fails, an error already rolled the transaction back: so is the
+        // others' work.
+        let undone = match self.guard.undo.take() {
+            None => return,
+            Some(Undo::Whole) => false,
+            Some(Undo::Savepoint) => self.exec(ROLLBACK_TO).await.is_ok(),
+        };
+        if !undone {
+            self.abort().await;
         }
     }
 
