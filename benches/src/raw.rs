@@ -1,24 +1,64 @@
 //! The database's own ceiling for the broker's claim+ack work: the same loop, batch and
 //! session count as plain SQL on the same table and index, with no broker logic.
 //!
-//! * PostgreSQL / MySQL: one transaction `SELECT id … ORDER BY run_at, id LIMIT n FOR UPDATE
-//!   SKIP LOCKED` + `UPDATE … SET status = 'running'`, then one autocommit completing
+//! A claim returns what a claim must return: every column of the task
+//! ([`TASK_COLUMNS`], the payload included), each decoded into a Rust value as any client
+//! would — so the ceiling carries the same rows over the wire as the broker's claim, and the
+//! ratio measures the broker's own overhead, not the width of its rows.
+//!
+//! * PostgreSQL / MySQL: one transaction `SELECT <columns> … ORDER BY run_at, id LIMIT n FOR
+//!   UPDATE SKIP LOCKED` + `UPDATE … SET status = 'running'`, then one autocommit completing
 //!   `UPDATE … SET status = 'completed'` — two commits per claim. MySQL reads the ready index
 //!   through `ready_queue` exactly as the broker's statements do.
-//! * SQLite: `UPDATE … RETURNING id` in a `BEGIN IMMEDIATE` transaction, then the completing
-//!   `UPDATE`, on one connection with the broker's pragmas (WAL, synchronous FULL) shared by
-//!   the claimers — the broker's own design (one writer per process), and the fastest one:
-//!   several writer connections would only queue on the file lock through `busy_timeout`.
+//! * SQLite: `UPDATE … RETURNING <columns>` in a `BEGIN IMMEDIATE` transaction, then the
+//!   completing `UPDATE`, on one connection with the broker's pragmas (WAL, synchronous FULL)
+//!   shared by the claimers — the broker's own design (one writer per process), and the
+//!   fastest one: several writer connections would only queue on the file lock through
+//!   `busy_timeout`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use sqlx::mysql::MySqlRow;
 use sqlx::pool::PoolConnection;
-use sqlx::{Acquire, MySql, Postgres, Sqlite, SqlitePool};
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Acquire, MySql, Postgres, Row, Sqlite, SqlitePool};
+use taskgate_sql::row::{TASK_COLUMNS, TASK_KINDS};
+use taskgate_sql::Kind;
 
 use crate::backend::{Bed, RawPool};
 use crate::drive::{self, Claimed, Outcome, Spec, Stop, Worker};
 use crate::Result;
+
+/// When set, raw claims return the IDs alone (the ceiling as the report measured it before the
+/// claim returned every column): only for comparing with earlier reports (`report
+/// --raw-ids-only`).
+static IDS_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Makes raw claims return the IDs alone (`true`) or every task column (`false`, the default).
+pub fn set_ids_only(ids_only: bool) {
+    IDS_ONLY.store(ids_only, Ordering::Relaxed);
+}
+
+/// The columns a raw claim returns.
+fn returned() -> &'static str {
+    if IDS_ONLY.load(Ordering::Relaxed) {
+        "id"
+    } else {
+        TASK_COLUMNS
+    }
+}
+
+/// The kinds of the columns a raw claim returns.
+fn returned_kinds() -> &'static [Kind] {
+    if IDS_ONLY.load(Ordering::Relaxed) {
+        &TASK_KINDS[..1]
+    } else {
+        &TASK_KINDS
+    }
+}
 
 /// Lease length written by raw claims (the broker's default lease TTL).
 const LEASE_MS: i64 = 60_000;
@@ -65,8 +105,70 @@ fn ids_of(claimed: &[Claimed]) -> Vec<String> {
     claimed.iter().map(|c| c.id.clone()).collect()
 }
 
-fn claimed(ids: Vec<String>) -> Vec<Claimed> {
-    ids.into_iter().map(|id| Claimed { id, token: String::new() }).collect()
+/// A claimed row's values, decoded column by column ([`TASK_KINDS`]) as a client would and
+/// handed to [`std::hint::black_box`] so none of the work is optimised away; the ID (the first
+/// column) is kept.
+fn claimed_row(id: Option<String>) -> Result<Claimed> {
+    let id = id.ok_or("a claimed row without an ID")?;
+    Ok(Claimed { id, token: String::new() })
+}
+
+/// Decodes a PostgreSQL row of [`TASK_COLUMNS`].
+fn pg_row(row: &PgRow) -> Result<Claimed> {
+    for (i, kind) in returned_kinds().iter().enumerate().skip(1) {
+        match kind {
+            Kind::Int => {
+                let _ = std::hint::black_box(row.try_get::<Option<i64>, _>(i)?);
+            }
+            Kind::Text => {
+                let _ = std::hint::black_box(row.try_get::<Option<String>, _>(i)?);
+            }
+            Kind::Bytes => {
+                let _ = std::hint::black_box(row.try_get::<Option<Vec<u8>>, _>(i)?);
+            }
+        }
+    }
+    claimed_row(row.try_get(0)?)
+}
+
+/// Decodes a MySQL row of [`TASK_COLUMNS`] (binary-collated text arrives as bytes).
+fn mysql_row(row: &MySqlRow) -> Result<Claimed> {
+    let text = |i: usize| -> Result<Option<String>> {
+        let raw: Option<Vec<u8>> = row.try_get(i)?;
+        Ok(raw.map(String::from_utf8).transpose()?)
+    };
+    for (i, kind) in returned_kinds().iter().enumerate().skip(1) {
+        match kind {
+            Kind::Int => {
+                let _ = std::hint::black_box(row.try_get::<Option<i64>, _>(i)?);
+            }
+            Kind::Text => {
+                let _ = std::hint::black_box(text(i)?);
+            }
+            Kind::Bytes => {
+                let _ = std::hint::black_box(row.try_get::<Option<Vec<u8>>, _>(i)?);
+            }
+        }
+    }
+    claimed_row(text(0)?)
+}
+
+/// Decodes a SQLite row of [`TASK_COLUMNS`].
+fn sqlite_row(row: &SqliteRow) -> Result<Claimed> {
+    for (i, kind) in returned_kinds().iter().enumerate().skip(1) {
+        match kind {
+            Kind::Int => {
+                let _ = std::hint::black_box(row.try_get::<Option<i64>, _>(i)?);
+            }
+            Kind::Text => {
+                let _ = std::hint::black_box(row.try_get::<Option<String>, _>(i)?);
+            }
+            Kind::Bytes => {
+                let _ = std::hint::black_box(row.try_get::<Option<Vec<u8>>, _>(i)?);
+            }
+        }
+    }
+    claimed_row(row.try_get(0)?)
 }
 
 fn limit(max: usize) -> i64 {
@@ -84,17 +186,19 @@ impl Worker for PgRaw {
     async fn claim(&mut self, queue: &str, max: usize) -> Result<Vec<Claimed>> {
         let t = &self.table;
         let now = now_ms();
+        let cols = returned();
         let mut tx = self.conn.begin().await?;
-        let ids: Vec<String> = sqlx::query_scalar(&format!(
-            "SELECT id FROM {t} WHERE queue = $1 AND status IN ('pending', 'retrying') \
-             AND run_at <= $2 ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
+        let rows = sqlx::query(&format!(
+            "SELECT {cols} FROM {t} WHERE queue = $1 AND status IN ('pending', \
+             'retrying') AND run_at <= $2 ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
         ))
         .bind(queue)
         .bind(now)
         .bind(limit(max))
         .fetch_all(&mut *tx)
         .await?;
-        if !ids.is_empty() {
+        let claimed = rows.iter().map(pg_row).collect::<Result<Vec<_>>>()?;
+        if !claimed.is_empty() {
             sqlx::query(&format!(
                 "UPDATE {t} SET status = 'running', lease_token = $1, lease_until = $2, \
                  started_at = $3 WHERE id = ANY($4)"
@@ -102,12 +206,12 @@ impl Worker for PgRaw {
             .bind(taskgate::id::new_ulid())
             .bind(now + LEASE_MS)
             .bind(now)
-            .bind(&ids)
+            .bind(ids_of(&claimed))
             .execute(&mut *tx)
             .await?;
         }
         tx.commit().await?;
-        Ok(claimed(ids))
+        Ok(claimed)
     }
 
     async fn complete(&mut self, claimed: Vec<Claimed>) -> Result<()> {
@@ -140,34 +244,33 @@ impl Worker for MySqlRaw {
     async fn claim(&mut self, queue: &str, max: usize) -> Result<Vec<Claimed>> {
         let t = &self.table;
         let now = now_ms();
+        let cols = returned();
         let mut tx = self.conn.begin().await?;
-        // utf8mb4_bin strings arrive as VARBINARY.
-        let raw: Vec<Vec<u8>> = sqlx::query_scalar(&format!(
-            "SELECT id FROM {t} WHERE ready_queue = ? AND run_at <= ? ORDER BY run_at, id \
-             LIMIT ? FOR UPDATE SKIP LOCKED"
+        let rows = sqlx::query(&format!(
+            "SELECT {cols} FROM {t} WHERE ready_queue = ? AND run_at <= ? \
+             ORDER BY run_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
         ))
         .bind(queue)
         .bind(now)
         .bind(limit(max))
         .fetch_all(&mut *tx)
         .await?;
-        let ids =
-            raw.into_iter().map(String::from_utf8).collect::<std::result::Result<Vec<_>, _>>()?;
-        if !ids.is_empty() {
+        let claimed = rows.iter().map(mysql_row).collect::<Result<Vec<_>>>()?;
+        if !claimed.is_empty() {
             let sql = format!(
                 "UPDATE {t} SET status = 'running', lease_token = ?, lease_until = ?, \
                  started_at = ? WHERE id IN ({})",
-                marks(ids.len())
+                marks(claimed.len())
             );
             let mut q =
                 sqlx::query(&sql).bind(taskgate::id::new_ulid()).bind(now + LEASE_MS).bind(now);
-            for id in &ids {
-                q = q.bind(id);
+            for c in &claimed {
+                q = q.bind(&c.id);
             }
             q.execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(claimed(ids))
+        Ok(claimed)
     }
 
     async fn complete(&mut self, claimed: Vec<Claimed>) -> Result<()> {
@@ -198,11 +301,13 @@ impl Worker for SqliteRaw {
         let t = &self.table;
         let now = now_ms();
         let mut conn = self.pool.acquire().await?;
+        let cols = returned();
         let mut tx = sqlx::Connection::begin_with(&mut *conn, "BEGIN IMMEDIATE").await?;
-        let ids: Vec<String> = sqlx::query_scalar(&format!(
+        let rows = sqlx::query(&format!(
             "UPDATE {t} SET status = 'running', lease_token = ?1, lease_until = ?2, \
              started_at = ?3 WHERE id IN (SELECT id FROM {t} WHERE queue = ?4 AND status IN \
-             ('pending', 'retrying') AND run_at <= ?3 ORDER BY run_at, id LIMIT ?5) RETURNING id"
+             ('pending', 'retrying') AND run_at <= ?3 ORDER BY run_at, id LIMIT ?5) \
+             RETURNING {cols}"
         ))
         .bind(taskgate::id::new_ulid())
         .bind(now + LEASE_MS)
@@ -211,8 +316,9 @@ impl Worker for SqliteRaw {
         .bind(limit(max))
         .fetch_all(&mut *tx)
         .await?;
+        let claimed = rows.iter().map(sqlite_row).collect::<Result<Vec<_>>>()?;
         tx.commit().await?;
-        Ok(claimed(ids))
+        Ok(claimed)
     }
 
     async fn complete(&mut self, claimed: Vec<Claimed>) -> Result<()> {

@@ -110,6 +110,17 @@ impl Adapter for PgAdapter {
         }
     }
 
+    async fn write_one(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        let mut conn = self.gate.acquire(self.pool.acquire(), || self.probe()).await?;
+        let rows = fetch(&mut conn, sql, args, kinds, true).await;
+        match &rows {
+            Ok(_) => self.gate.contact(),
+            Err(e) if is_connection_lost(e) => self.gate.lost(),
+            Err(_) => {}
+        }
+        rows
+    }
+
     async fn session(&self) -> DbResult<Box<dyn Session>> {
         let conn = PgConnection::connect_with(&self.connect).await?;
         Ok(Box::new(PgSession { conn }))

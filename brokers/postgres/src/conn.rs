@@ -35,8 +35,8 @@ fn column(row: &PgRow, i: usize, kind: Kind) -> DbResult<Value> {
     if raw.is_null() {
         return Ok(Value::Null(kind));
     }
-    let ty = raw.type_info().name().to_owned();
-    let value = match (kind, ty.as_str()) {
+    let info = raw.type_info();
+    let value = match (kind, info.name()) {
         (Kind::Int, "INT8") => Value::Int(row.try_get::<i64, _>(i)?),
         (Kind::Int, "INT4") => Value::Int(i64::from(row.try_get::<i32, _>(i)?)),
         (Kind::Int, "INT2") => Value::Int(i64::from(row.try_get::<i16, _>(i)?)),

@@ -1,5 +1,5 @@
 //! [`PgDialect`]: what PostgreSQL says differently — `$n` placeholders, the server's clock in
-//! floored milliseconds, `FOR UPDATE [SKIP LOCKED]`, two-statement claims, the quota upsert
+//! floored milliseconds, `FOR UPDATE [SKIP LOCKED]`, one-statement claims, the quota upsert
 //! with `RETURNING`, the wake channel's name, the advisory DDL lock, and error
 //! classification by SQLSTATE on sqlx's structured error (never by message text).
 
@@ -117,7 +117,13 @@ impl Dialect for PgDialect {
     }
 
     fn claim_shape(&self) -> ClaimShape {
-        ClaimShape::SelectThenUpdate
+        ClaimShape::UpdateSkipLocked
+    }
+
+    fn claim_token_sql(&self) -> &'static str {
+        // The claim's ULID, then a random UUID's 32 hex digits per row (`gen_random_uuid`,
+        // built in since PostgreSQL 13): every claimed task has its own token.
+        "? || replace(CAST(gen_random_uuid() AS TEXT), '-', '')"
     }
 
     fn update_returning(&self) -> bool {

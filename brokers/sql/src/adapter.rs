@@ -110,6 +110,21 @@ pub trait Adapter: Send + Sync + 'static {
     /// A dedicated session for migrations.
     async fn session(&self) -> DbResult<Box<dyn Session>>;
 
+    /// Runs one write statement as a transaction of its own (autocommit) on a pooled write
+    /// connection and decodes its rows: one round trip, where [`Adapter::begin`], the
+    /// statement and the commit take three. The engine uses it for writes that are one
+    /// statement and need no hold point (PostgreSQL's claim); the commit is the server's, with
+    /// its durability settings, like any other. A statement that failed because the
+    /// connection was lost may or may not have been applied.
+    ///
+    /// Default: [`Adapter::begin`], the statement, commit.
+    async fn write_one(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        let mut tx = self.begin().await?;
+        let rows = tx.fetch(sql, args, kinds).await?;
+        tx.commit(false).await?;
+        Ok(rows)
+    }
+
     /// The server's limit on one statement's size, read at every `init`; `None` (the default)
     /// when statements are bounded by nothing a payload could reach (SQLite's 1 GB blobs,
     /// PostgreSQL's 1 GB fields).

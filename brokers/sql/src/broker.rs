@@ -185,14 +185,22 @@ impl SqlBroker {
         tokio::spawn(async move {
             let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
             let mut sender = sender;
-            let result = in_tx!(&core, &opts, "dequeue", abandon = sender.closed(), |tx| async {
-                // The wait for the writer lock can be long; a caller that gave up meanwhile
-                // gets nothing claimed (instead of a claim that must be undone).
-                if sender.is_closed() {
-                    return Ok(Vec::new());
+            let result = if claim::autocommits(&core) {
+                // One statement, its own transaction: nothing to wait for but a connection.
+                match sender.is_closed() {
+                    true => Err(TxFail::Abandoned),
+                    false => claim::claim_autocommit(&core, &opts, &refs, max).await,
                 }
-                claim::claim(&mut tx, &refs, max).await
-            });
+            } else {
+                in_tx!(&core, &opts, "dequeue", abandon = sender.closed(), |tx| async {
+                    // The wait for the writer lock can be long; a caller that gave up meanwhile
+                    // gets nothing claimed (instead of a claim that must be undone).
+                    if sender.is_closed() {
+                        return Ok(Vec::new());
+                    }
+                    claim::claim(&mut tx, &refs, max).await
+                })
+            };
             if matches!(result, Err(TxFail::Abandoned)) {
                 return;
             }

@@ -265,6 +265,18 @@ impl Core {
 
     #[cfg(not(feature = "test-hooks"))]
     pub(crate) fn run_before_commit_hook(&self, _op: &str) {}
+
+    /// True when a test installed a before-commit hook: writes that could skip their
+    /// transaction (the autocommit claim) then take it, so the hook has a commit to stop at.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn has_before_commit_hook(&self) -> bool {
+        self.before_commit.read().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    #[cfg(not(feature = "test-hooks"))]
+    pub(crate) fn has_before_commit_hook(&self) -> bool {
+        false
+    }
 }
 
 /// Renders a statement template for `prefix` and `dialect` (see [`Core::sql`]).

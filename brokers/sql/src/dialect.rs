@@ -34,8 +34,14 @@ pub enum ClaimShape {
     /// One `UPDATE … WHERE id IN (SELECT … ORDER BY run_at, id LIMIT n) RETURNING <cols>`
     /// (SQLite inside `BEGIN IMMEDIATE`). Needs [`Dialect::claim_token_sql`].
     UpdateReturning,
+    /// One `WITH n AS (SELECT <now>) UPDATE … WHERE id = ANY(ARRAY(SELECT id … ORDER BY
+    /// priority, run_at, id LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING <cols>` (PostgreSQL):
+    /// one statement and one round trip, the server's time read inside it, each row's token
+    /// from [`Dialect::claim_token_sql`] (which must give every row its own).
+    UpdateSkipLocked,
     /// `SELECT <cols> … ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED`, then one
-    /// `UPDATE … WHERE id IN (…)` with per-task tokens (PostgreSQL, MySQL/MariaDB).
+    /// `UPDATE … WHERE id IN (…)` with per-task tokens (MySQL/MariaDB, which have no
+    /// `UPDATE … RETURNING`).
     SelectThenUpdate,
 }
 
@@ -132,9 +138,9 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
     /// How claims are written.
     fn claim_shape(&self) -> ClaimShape;
 
-    /// For [`ClaimShape::UpdateReturning`]: an expression giving each claimed row its own
-    /// lease token from one bound per-claim prefix, e.g. SQLite
-    /// `? || lower(hex(randomblob(10)))`.
+    /// For [`ClaimShape::UpdateReturning`] and [`ClaimShape::UpdateSkipLocked`]: an
+    /// expression giving each claimed row its own lease token from one bound per-claim
+    /// prefix, e.g. SQLite `? || lower(hex(randomblob(10)))`.
     fn claim_token_sql(&self) -> &'static str {
         "?"
     }

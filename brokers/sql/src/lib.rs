@@ -44,9 +44,15 @@
 //! * An empty poll is one read ([`Adapter::read`]); after a claim that filled its batch the
 //!   next claim skips that read.
 //! * Ack is one `UPDATE … RETURNING` where [`Dialect::update_returning`] (token checked in the
-//!   WHERE clause); otherwise a locking read, then one set-based UPDATE. Both shapes, and both
-//!   claim shapes, are proven by the contract suite on SQLite (`taskgate_sqlite::testing::
-//!   ServerShapedDialect` runs the PostgreSQL/MySQL paths).
+//!   WHERE clause); otherwise a locking read (of ID, status and token only, unless a Notify
+//!   observer wants snapshots), then one set-based UPDATE. Both ack shapes, and the
+//!   `UpdateReturning` and `SelectThenUpdate` claim shapes, are proven by the contract suite
+//!   on SQLite (`taskgate_sqlite::testing::ServerShapedDialect` runs the MySQL paths);
+//!   [`ClaimShape::UpdateSkipLocked`] by the suite on PostgreSQL.
+//! * A claim of [`ClaimShape::UpdateSkipLocked`] is one statement that reads the server's
+//!   time itself, and runs as a transaction of its own ([`Adapter::write_one`]): one round
+//!   trip. Only while a test's before-commit hook is installed does it run inside
+//!   `BEGIN … COMMIT`, so the hook has a commit to hold.
 //! * SQL uses `?` placeholders, never reused; with [`Placeholder::Dollar`] the engine rewrites
 //!   them ([`rewrite_placeholders`]) before calling the adapter. Texts are built once per
 //!   (dialect, prefix); `IN (…)` lists per call. The prefix is validated before any SQL.

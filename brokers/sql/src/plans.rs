@@ -28,6 +28,7 @@ impl SqlBroker {
         let core = self.core();
         let server_now = core.dialect.time_source() == TimeSource::Server
             && core.life.options().is_ok_and(|o| core.local_now(&o).is_none());
+        let full = core.life.options().is_ok_and(|o| o.notifier.is_active());
         let (q, task, t) = (Value::from(queue), Value::from(id), Value::from(now));
         let claim = match core.dialect.claim_shape() {
             ClaimShape::UpdateReturning => HotStatement {
@@ -42,6 +43,17 @@ impl SqlBroker {
                     Value::Int(10),
                 ],
             },
+            ClaimShape::UpdateSkipLocked => HotStatement {
+                name: "claim",
+                sql: claim::claim_skip_locked_sql(core, 1, "?", 1).to_string(),
+                args: vec![
+                    if server_now { Value::Null(crate::Kind::Int) } else { t.clone() },
+                    Value::Text(id::new_ulid()),
+                    Value::Int(60_000),
+                    q.clone(),
+                    Value::Int(10),
+                ],
+            },
             ClaimShape::SelectThenUpdate if server_now => HotStatement {
                 name: "claim",
                 sql: claim::claim_select_sql(core, 1, true).to_string(),
@@ -53,7 +65,6 @@ impl SqlBroker {
                 args: vec![q.clone(), t.clone(), Value::Int(10)],
             },
         };
-        let no_result = Value::Null(crate::Kind::Bytes);
         let token = Value::from("token");
         let ack = if core.dialect.update_returning() {
             let mut args = Vec::new();
@@ -70,13 +81,17 @@ impl SqlBroker {
             vec![
                 HotStatement {
                     name: "ack_lock",
-                    sql: finish::ack_lock_sql(core, 1).to_string(),
+                    sql: if full {
+                        finish::ack_lock_sql(core, 1).to_string()
+                    } else {
+                        finish::ack_lock_slim_sql(core, 1).to_string()
+                    },
                     args: vec![task.clone()],
                 },
                 HotStatement {
                     name: "ack_write",
-                    sql: finish::ack_complete_sql(core, 1).to_string(),
-                    args: vec![task.clone(), no_result, t.clone(), task.clone()],
+                    sql: finish::ack_complete_sql(core, 1, false).to_string(),
+                    args: vec![t.clone(), task.clone()],
                 },
             ]
         };

@@ -102,6 +102,11 @@ impl Adapter for RecordingAdapter {
         Ok(Box::new(Recorded { inner, log: self.log.clone() }))
     }
 
+    async fn write_one(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        self.log.record(sql, args);
+        self.inner.write_one(sql, args, kinds).await
+    }
+
     async fn close(&self) {
         self.inner.close().await;
     }

@@ -3,7 +3,7 @@
 
 use taskgate::{OnParentFailure, Status, Task, Timestamp};
 
-use crate::value::{Cols, DecodeError};
+use crate::value::{Cols, DecodeError, TakeCols};
 use crate::{Kind, Value};
 
 /// Every column of `<prefix>tasks`, in the order statements select and insert them
@@ -76,7 +76,7 @@ fn opt_time(ms: i64) -> Option<Timestamp> {
 /// Parses the stored `depends_on` JSON text; `''`, `'[]'` and `'null'` are all empty.
 pub fn parse_depends_on(text: &str) -> Result<Vec<String>, DecodeError> {
     match text.trim() {
-        "" | "null" => Ok(Vec::new()),
+        "" | "null" | "[]" => Ok(Vec::new()),
         json => serde_json::from_str(json)
             .map_err(|e| DecodeError(format!("depends_on is not a JSON string array: {e}"))),
     }
@@ -135,6 +135,67 @@ impl TaskRow {
             pending_parents: count("pending_parents", c.int(14)?)?,
             lease_until: c.int(16)?,
         })
+    }
+
+    /// Decodes a row like [`TaskRow::decode`], moving its text and byte values (the payload
+    /// above all) into the task instead of copying them.
+    pub fn decode_owned(mut row: Vec<Value>) -> Result<TaskRow, DecodeError> {
+        let c = Cols(&row);
+        let progress = match c.opt_int(24)? {
+            None => None,
+            Some(p) => Some(
+                u8::try_from(p).map_err(|_| DecodeError(format!("progress out of range: {p}")))?,
+            ),
+        };
+        let attempts = count("attempts", c.int(7)?)?;
+        let max_retry = count("max_retry", c.int(8)?)?;
+        let lease_lost = count("lease_lost", c.int(9)?)?;
+        let throttled = count("throttled", c.int(10)?)?;
+        let run_at = Timestamp::from_millis(c.int(11)?);
+        let pending_parents = count("pending_parents", c.int(14)?)?;
+        let lease_until = c.int(16)?;
+        let cancel_requested = c.int(17)? != 0;
+        let created_at = Timestamp::from_millis(c.int(18)?);
+        let started_at = opt_time(c.int(19)?);
+        let finished_at = opt_time(c.int(20)?);
+        let steps = count("steps", c.int(26)?)?;
+        let resumes = count("resumes", c.int(27)?)?;
+        let priority = priority(c.int(29)?)?;
+        let mut t = TakeCols(&mut row);
+        let status: Status = t.text(4)?.parse().map_err(|e| DecodeError(format!("{e}")))?;
+        let policy: OnParentFailure =
+            t.text(13)?.parse().map_err(|e| DecodeError(format!("{e}")))?;
+        let task = Task {
+            id: t.text(0)?,
+            task_type: t.text(1)?,
+            queue: t.text(2)?,
+            payload: t.bytes(3)?,
+            status,
+            result: t.bytes(5)?,
+            last_error: t.text(6)?,
+            attempts,
+            max_retry,
+            lease_lost,
+            throttled,
+            run_at,
+            depends_on: parse_depends_on(&t.text(12)?)?,
+            on_parent_failure: policy,
+            lease_token: t.text(15)?,
+            created_at,
+            started_at,
+            finished_at,
+            cancel_requested,
+            business_key: t.text(21)?,
+            replay_of: t.text(22)?,
+            cursor: t.bytes(23)?,
+            progress,
+            message: t.text(25)?,
+            steps,
+            resumes,
+            owner: t.text(28)?,
+            priority,
+        };
+        Ok(TaskRow { task, pending_parents, lease_until })
     }
 
     /// The INSERT arguments, in [`TASK_COLUMNS`] order.
@@ -203,8 +264,19 @@ mod tests {
     }
 
     #[test]
+    fn owned_decoding_matches_borrowed() {
+        let row = sample();
+        let args = row.insert_args();
+        assert_eq!(TaskRow::decode_owned(args.clone()).ok(), TaskRow::decode(&args).ok());
+        assert_eq!(TaskRow::decode_owned(args).ok(), Some(row));
+        let mut short = sample().insert_args();
+        short.truncate(20);
+        assert!(TaskRow::decode_owned(short).is_err());
+    }
+
+    #[test]
     fn empty_depends_on_forms() {
-        for text in ["", "[]", "null", " null "] {
+        for text in ["", "[]", " [] ", "null", " null "] {
             assert_eq!(parse_depends_on(text).ok(), Some(Vec::new()), "{text:?}");
         }
         assert_eq!(parse_depends_on("[\"a\",\"a\"]").ok(), Some(vec!["a".into(), "a".into()]));

@@ -155,6 +155,38 @@ impl Cols<'_> {
     }
 }
 
+/// Typed access to a row's columns, taking the text and byte values out of the row instead of
+/// copying them (a claimed task's payload is moved, not copied). A column taken is left NULL.
+pub(crate) struct TakeCols<'a>(pub(crate) &'a mut [Value]);
+
+impl TakeCols<'_> {
+    fn take(&mut self, i: usize) -> Result<Value, DecodeError> {
+        let slot = self.0.get_mut(i).ok_or_else(|| DecodeError(format!("column {i} missing")))?;
+        Ok(std::mem::replace(slot, Value::Null(Kind::Int)))
+    }
+
+    /// Text; NULL reads as empty.
+    pub(crate) fn text(&mut self, i: usize) -> Result<String, DecodeError> {
+        match self.take(i)? {
+            Value::Text(s) => Ok(s),
+            Value::Null(_) => Ok(String::new()),
+            Value::Bytes(b) => String::from_utf8(b)
+                .map_err(|_| DecodeError(format!("column {i}: text is not UTF-8"))),
+            Value::Int(v) => Err(DecodeError(format!("column {i}: expected text, got {v}"))),
+        }
+    }
+
+    /// Nullable bytes.
+    pub(crate) fn bytes(&mut self, i: usize) -> Result<Option<Vec<u8>>, DecodeError> {
+        match self.take(i)? {
+            Value::Null(_) => Ok(None),
+            Value::Bytes(b) => Ok(Some(b)),
+            Value::Text(s) => Ok(Some(s.into_bytes())),
+            Value::Int(v) => Err(DecodeError(format!("column {i}: expected bytes, got {v}"))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +208,17 @@ mod tests {
         assert_eq!(c.text(3).ok().as_deref(), Some("x"));
         assert!(c.int(4).is_err());
         assert!(c.int(9).is_err());
+    }
+
+    #[test]
+    fn take_cols_move_values_out() {
+        let mut row =
+            vec![Value::Text("t".into()), Value::Bytes(b"x".to_vec()), Value::Null(Kind::Bytes)];
+        let mut c = TakeCols(&mut row);
+        assert_eq!(c.text(0).ok().as_deref(), Some("t"));
+        assert_eq!(c.bytes(1).ok(), Some(Some(b"x".to_vec())));
+        assert_eq!(c.bytes(2).ok(), Some(None));
+        assert!(c.text(5).is_err());
+        assert_eq!(row[0], Value::Null(Kind::Int), "a taken column is left NULL");
     }
 }

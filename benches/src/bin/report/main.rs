@@ -34,6 +34,13 @@ OPTIONS:
                        runtime.md in the output directory and leaves docs/ and README.md alone
   --cell <B,Q,C,N[,raw]>  only run one claim cell (backend, queues, claimers, batch) and print
                        it: for profiling (strace -c, perf) one workload at a time
+  --pairs [LIST]       only the broker-vs-raw comparison of the cells in LIST (`B,Q,C,N`
+                       separated by `;`; default: issue 13's rows, PostgreSQL 16×1, 16×10 and
+                       4×100, SQLite 1×100, MySQL 4×100): broker and raw ceiling back to back,
+                       alternating, --rounds times; prints each run and the median ratios
+  --rounds <N>         rounds of --pairs (default 3)
+  --raw-ids-only       raw ceilings claim IDs alone instead of every task column (the ceiling
+                       of reports before issue 13's fair comparison; for comparing with them)
   -h, --help           this text
 
 PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_URL is set.";
@@ -42,6 +49,8 @@ PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_U
 struct Args {
     plan: Plan,
     cell: Option<(Backend, benches::drive::Spec, bool)>,
+    pairs: Option<Vec<(Backend, benches::drive::Spec)>>,
+    rounds: usize,
     backends: Option<Vec<Backend>>,
     out: PathBuf,
     docs: bool,
@@ -64,13 +73,15 @@ fn parse_args() -> Result<Option<Args>> {
     let mut args = Args {
         plan: Plan::full(),
         cell: None,
+        pairs: None,
+        rounds: 3,
         backends: None,
         out: default_out(),
         docs: true,
         wait_quiet: false,
         runtime_only: false,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = std::env::args().skip(1).peekable();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
@@ -97,6 +108,20 @@ fn parse_args() -> Result<Option<Args>> {
                 args.docs = false;
             }
             "--cell" => args.cell = Some(parse_cell(&value("--cell")?)?),
+            "--rounds" => args.rounds = value("--rounds")?.parse()?,
+            "--raw-ids-only" => benches::raw::set_ids_only(true),
+            "--pairs" => {
+                let list = match it.next_if(|next| !next.starts_with("--")) {
+                    Some(list) => list,
+                    None => run::ISSUE_PAIRS.to_owned(),
+                };
+                let mut cells = Vec::new();
+                for text in list.split(';').filter(|c| !c.trim().is_empty()) {
+                    let (backend, spec, _) = parse_cell(text.trim())?;
+                    cells.push((backend, spec));
+                }
+                args.pairs = Some(cells);
+            }
             other => return Err(format!("unknown argument {other:?} (try --help)").into()),
         }
     }
@@ -153,6 +178,9 @@ async fn report(args: Args) -> Result<()> {
     };
     if let Some((backend, spec, raw)) = args.cell {
         return run::single(&env, backend, &args.plan, spec, raw).await;
+    }
+    if let Some(cells) = &args.pairs {
+        return run::pairs(&env, &args.plan, cells, args.rounds).await;
     }
     let started = Instant::now();
     let fsync_start = fsync_probe().await;

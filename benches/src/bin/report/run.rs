@@ -198,6 +198,75 @@ pub(crate) async fn single(
     Ok(())
 }
 
+/// The cells of issue 13's "batch paths near the raw ceiling" rows, for `--pairs` without a
+/// list: PostgreSQL 16 claimers at batch 1 and 10, 4 at batch 100; SQLite 1 claimer at batch
+/// 100; MySQL/MariaDB 4 claimers at batch 100.
+pub(crate) const ISSUE_PAIRS: &str =
+    "postgres,1,16,1;postgres,1,16,10;postgres,1,4,100;sqlite,1,1,100;mysql,1,4,100";
+
+/// `--pairs`: each cell's broker and raw ceiling back to back, `rounds` times alternating
+/// (broker, raw, broker, raw, …) so load from other processes hits both alike; prints every
+/// run and, per cell, the median of the rounds' broker ÷ raw ratios.
+pub(crate) async fn pairs(
+    env: &Env,
+    plan: &Plan,
+    cells: &[(Backend, Spec)],
+    rounds: usize,
+) -> Result<()> {
+    let mut summary = Vec::new();
+    for &(backend, spec) in cells {
+        if !env.available().contains(&backend) {
+            eprintln!("report: {backend} is not available here, {} skipped", spec.label());
+            continue;
+        }
+        let mut ratios = Vec::new();
+        let (mut brokers, mut raws) = (Vec::new(), Vec::new());
+        for round in 0..rounds.max(1) {
+            let mut rates = [0.0; 2];
+            for (slot, raw) in [false, true].into_iter().enumerate() {
+                let guess = Plan::guess(backend, spec.batch);
+                let total = plan.backlog(backend, guess, spec.claimers, spec.batch);
+                let m = claim_cell(env, backend, plan, spec, total, raw).await?;
+                let what = if raw { "raw   " } else { "broker" };
+                eprintln!(
+                    "  round {round}: {backend} {} {what} {} jobs/s{}",
+                    spec.label(),
+                    rate(m.rate),
+                    if m.exhausted { " (drained)" } else { "" }
+                );
+                rates[slot] = m.rate;
+            }
+            brokers.push(rates[0]);
+            raws.push(rates[1]);
+            if rates[1] > 0.0 {
+                ratios.push(rates[0] / rates[1]);
+            }
+        }
+        summary.push((backend, spec, median(&mut brokers), median(&mut raws), median(&mut ratios)));
+    }
+    println!("| Cell | broker | raw | broker ÷ raw (median of rounds) |");
+    println!("|---|---:|---:|---:|");
+    for (backend, spec, broker, raw, ratio) in summary {
+        println!(
+            "| {backend} {} | {} | {} | {:.0} % |",
+            spec.label(),
+            rate(broker),
+            rate(raw),
+            ratio * 100.0
+        );
+    }
+    Ok(())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
 /// Waits until the lanes hold `expected` ready tasks again: claims that were in flight when
 /// the warm-up drained were dropped, and the broker hands their tasks back to `pending` in
 /// the background (cancel safety, extensions §E0); the measured pass starts after that.

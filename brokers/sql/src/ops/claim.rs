@@ -1,14 +1,16 @@
 //! Claims (contract §3.4 Dequeue, §11.2, §11.3, extensions §E8): the read-only probe an empty
 //! poll costs, and the claim transaction in the dialect's shape — one
-//! `UPDATE … RETURNING` (SQLite) or `SELECT … FOR UPDATE SKIP LOCKED` then one `UPDATE`
-//! (PostgreSQL, MySQL/MariaDB). Every claimed task gets its own lease token. Claims take
-//! tasks in `(priority, run_at, id)` order across the listed queues.
+//! `UPDATE … RETURNING` (SQLite), one `UPDATE … RETURNING` over a `FOR UPDATE SKIP LOCKED`
+//! candidate read that reads the server's time itself (PostgreSQL), or `SELECT … FOR UPDATE
+//! SKIP LOCKED` then one `UPDATE` (MySQL/MariaDB). Every claimed task gets its own lease
+//! token. Claims take tasks in `(priority, run_at, id)` order across the listed queues.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use taskgate::{id, ResolvedOptions, Status, Task, Timestamp};
 
-use super::decode_all;
+use super::decode_owned;
 use crate::core::{Core, Tx, TxFail};
 use crate::dialect::{placeholders, ClaimShape};
 use crate::row::{TaskRow, TASK_COLUMN_COUNT, TASK_KINDS};
@@ -68,7 +70,7 @@ impl ProbeResult {
 /// read), then the paused check on that one row — every ready row of the arm has the same
 /// queue. A `MIN(run_at)` with the paused check per row makes MariaDB read every ready row of
 /// the queue on each poll (about 250 ms at 50,000 ready tasks).
-pub(crate) fn probe_sql(core: &Core, n: usize) -> std::sync::Arc<str> {
+pub(crate) fn probe_sql(core: &Core, n: usize) -> Arc<str> {
     core.sql_sized("probe", (n, 0), || {
         let first = format!(
             "SELECT r.run_at AS m FROM (SELECT run_at, queue FROM {from} WHERE {ready} \
@@ -83,12 +85,7 @@ pub(crate) fn probe_sql(core: &Core, n: usize) -> std::sync::Arc<str> {
 
 /// The one-statement claim for `n` queues with lease expression `lease` (`lease_args`
 /// arguments). Arguments: token prefix, lease args, now (started_at), queues, now, limit.
-pub(crate) fn claim_update_sql(
-    core: &Core,
-    n: usize,
-    lease: &str,
-    lease_args: usize,
-) -> std::sync::Arc<str> {
+pub(crate) fn claim_update_sql(core: &Core, n: usize, lease: &str, lease_args: usize) -> Arc<str> {
     let token = core.dialect.claim_token_sql();
     core.sql_sized("claim_update", (n, lease_args), || {
         format!(
@@ -102,13 +99,37 @@ pub(crate) fn claim_update_sql(
     })
 }
 
+/// The one-statement claim of [`ClaimShape::UpdateSkipLocked`] for `n` queues with lease
+/// length expression `ttl` (`ttl_args` arguments, in ms). Arguments: now override (or NULL:
+/// the server's time, read once for the statement), token prefix, ttl args, queues, limit.
+///
+/// The candidates are locked by the inner `FOR UPDATE SKIP LOCKED` read and collected into an
+/// array (an init plan), so the update itself is a primary-key lookup whatever the plan's row
+/// estimates. `lease_until` saturates at the largest BIGINT, like `Timestamp::saturating_add`.
+pub(crate) fn claim_skip_locked_sql(core: &Core, n: usize, ttl: &str, ttl_args: usize) -> Arc<str> {
+    let token = core.dialect.claim_token_sql();
+    core.sql_sized("claim_skip_locked", (n, ttl_args), || {
+        format!(
+            "WITH n AS (SELECT COALESCE(?, {{now}}) AS now) \
+             UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
+             lease_until = (SELECT now FROM n) + LEAST({ttl}, 9223372036854775807 - \
+             (SELECT now FROM n)), started_at = CASE WHEN started_at = 0 THEN \
+             (SELECT now FROM n) ELSE started_at END WHERE id = ANY(ARRAY(SELECT id FROM {from} \
+             WHERE {ready} ORDER BY priority, run_at, id LIMIT ?{{skip_locked}})) \
+             RETURNING {{cols}}",
+            from = claim_from(core),
+            ready = ready_where(core, n, "(SELECT now FROM n)"),
+        )
+    })
+}
+
 /// The claim's candidate read for `n` queues. Arguments: queues, now, limit.
 ///
 /// With `server_now` (the transaction does not know "now" yet) the due test reads the
 /// server's time itself (`(SELECT {now})`, one value per statement, usable by the index) and
 /// each row carries the server's time as one more column, so the claim costs no separate
 /// `SELECT {now}`; the now argument is then left out.
-pub(crate) fn claim_select_sql(core: &Core, n: usize, server_now: bool) -> std::sync::Arc<str> {
+pub(crate) fn claim_select_sql(core: &Core, n: usize, server_now: bool) -> Arc<str> {
     let name = if server_now { "claim_select_now" } else { "claim_select" };
     core.sql_sized(name, (n, 0), || {
         let (due, extra) = if server_now { ("(SELECT {now})", ", {now}") } else { ("?", "") };
@@ -161,6 +182,7 @@ pub(crate) async fn claim(
             let now = tx.now().await?;
             update_returning(tx, queues, max, now).await?
         }
+        ClaimShape::UpdateSkipLocked => update_skip_locked(tx, queues, max).await?,
         ClaimShape::SelectThenUpdate => select_then_update(tx, queues, max).await?,
     };
     tasks.sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
@@ -190,6 +212,97 @@ fn lease_expr(opts: &ResolvedOptions, queues: &[&str], now: Timestamp) -> (Strin
     (sql, args)
 }
 
+/// The lease length per queue in ms: `CASE queue WHEN ? THEN ? … ELSE ? END`, or one `?`
+/// when every watched queue has the default TTL.
+fn ttl_expr(opts: &ResolvedOptions, queues: &[&str]) -> (String, Vec<Value>) {
+    let ms = |d: Duration| Value::Int(i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let special: Vec<&str> =
+        queues.iter().copied().filter(|q| opts.ttl(q) != opts.default_lease_ttl).collect();
+    if special.is_empty() {
+        return ("?".to_owned(), vec![ms(opts.default_lease_ttl)]);
+    }
+    let mut args = Vec::new();
+    let mut sql = "CASE queue".to_owned();
+    for q in special {
+        sql.push_str(" WHEN ? THEN ?");
+        args.extend([Value::from(q), ms(opts.ttl(q))]);
+    }
+    sql.push_str(" ELSE ? END");
+    args.push(ms(opts.default_lease_ttl));
+    (sql, args)
+}
+
+/// The statement and arguments of a [`ClaimShape::UpdateSkipLocked`] claim, with "now" from
+/// `now` when known (else the server's, read inside the statement) and a fresh token prefix.
+fn skip_locked_claim(
+    core: &Core,
+    opts: &ResolvedOptions,
+    queues: &[&str],
+    max: usize,
+    now: Option<Timestamp>,
+) -> (Arc<str>, Vec<Value>) {
+    let (ttl, ttl_args) = ttl_expr(opts, queues);
+    let sql = claim_skip_locked_sql(core, queues.len(), &ttl, ttl_args.len());
+    let mut args = Vec::with_capacity(queues.len() + ttl_args.len() + 3);
+    args.push(now.map_or(Value::Null(Kind::Int), Value::from));
+    args.push(Value::Text(id::new_ulid()));
+    args.extend(ttl_args);
+    args.extend(queue_args(queues));
+    args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));
+    (sql, args)
+}
+
+/// [`ClaimShape::UpdateSkipLocked`] inside a transaction: one statement.
+async fn update_skip_locked(
+    tx: &mut Tx<'_>,
+    queues: &[&str],
+    max: usize,
+) -> Result<Vec<Task>, TxFail> {
+    let (sql, args) = skip_locked_claim(tx.core, tx.opts, queues, max, tx.known_now());
+    let rows = tx.fetch(&sql, &args, &TASK_KINDS).await?;
+    Ok(decode_owned(rows)?.into_iter().map(|r| r.task).collect())
+}
+
+/// True when claims run as one autocommit statement ([`claim_autocommit`]): the dialect's
+/// claim is one statement, and no test hook waits for a commit to stop at.
+pub(crate) fn autocommits(core: &Core) -> bool {
+    core.dialect.claim_shape() == ClaimShape::UpdateSkipLocked && !core.has_before_commit_hook()
+}
+
+/// A [`ClaimShape::UpdateSkipLocked`] claim as a transaction of its own
+/// ([`Adapter::write_one`](crate::Adapter::write_one)): one round trip for the whole claim.
+/// The statement is the whole transaction, so it is as atomic as the claim in a transaction
+/// (its row locks last until its own commit); deadlocks, serialization failures and a
+/// connection lost before the answer are retried like a transaction (§11.2). A lost
+/// connection's statement may have been applied: its tasks then run under a token nobody
+/// holds until their lease expires and the reaper returns them, as after a worker crash.
+/// Returns the tasks in claim order and publishes their Notify snapshots.
+pub(crate) async fn claim_autocommit(
+    core: &Core,
+    opts: &ResolvedOptions,
+    queues: &[&str],
+    max: usize,
+) -> Result<Vec<Task>, TxFail> {
+    let mut attempt: u32 = 0;
+    let rows = loop {
+        attempt += 1;
+        let (sql, args) = skip_locked_claim(core, opts, queues, max, core.local_now(opts));
+        match core.adapter.write_one(&sql, &args, &TASK_KINDS).await {
+            Ok(rows) => break rows,
+            Err(e) if core.should_retry(&e, attempt) => {
+                tokio::time::sleep(crate::core::backoff(attempt)).await;
+            }
+            Err(e) => return Err(TxFail::Db(e)),
+        }
+    };
+    let mut tasks: Vec<Task> = decode_owned(rows)?.into_iter().map(|r| r.task).collect();
+    tasks.sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
+    if opts.notifier.is_active() {
+        opts.notifier.publish(tasks.clone());
+    }
+    Ok(tasks)
+}
+
 async fn update_returning(
     tx: &mut Tx<'_>,
     queues: &[&str],
@@ -205,7 +318,7 @@ async fn update_returning(
     args.push(Value::from(now));
     args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));
     let rows = tx.fetch(&sql, &args, &TASK_KINDS).await?;
-    Ok(decode_all(&rows)?.into_iter().map(|r| r.task).collect())
+    Ok(decode_owned(rows)?.into_iter().map(|r| r.task).collect())
 }
 
 async fn select_then_update(
@@ -237,26 +350,26 @@ async fn select_then_update(
     if raw.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = decode_all(&raw)?;
+    let rows = decode_owned(raw)?;
     let now = tx.now().await?;
     let claimed: Vec<TaskRow> = rows.into_iter().map(|r| mark_claimed(tx.opts, r, now)).collect();
     let n = claimed.len();
-    let sql = tx.core.sql_sized("claim_mark", (n, 0), || {
+    // The lease deadline is one value per queue (the claim has one "now"): the per-queue
+    // expression, not a per-row CASE.
+    let (lease, lease_args) = lease_expr(tx.opts, queues, now);
+    let sql = tx.core.sql_sized("claim_mark", (n, lease_args.len()), || {
         let mut sql = "UPDATE {tasks} SET status = 'running', lease_token = CASE id".to_owned();
         sql.push_str(&" WHEN ? THEN ?".repeat(n));
-        sql.push_str(" END, lease_until = CASE id");
-        sql.push_str(&" WHEN ? THEN ?".repeat(n));
-        sql.push_str(" END, started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END ");
+        sql.push_str(&format!(" END, lease_until = {lease}, "));
+        sql.push_str("started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END ");
         sql.push_str(&format!("WHERE id IN ({})", placeholders(n)));
         sql
     });
-    let mut args = Vec::with_capacity(5 * n + 1);
+    let mut args = Vec::with_capacity(3 * n + lease_args.len() + 1);
     for r in &claimed {
         args.extend([Value::from(&r.task.id), Value::from(&r.task.lease_token)]);
     }
-    for r in &claimed {
-        args.extend([Value::from(&r.task.id), Value::Int(r.lease_until)]);
-    }
+    args.extend(lease_args);
     args.push(Value::from(now));
     args.extend(claimed.iter().map(|r| Value::from(&r.task.id)));
     tx.exec(&sql, &args).await?;

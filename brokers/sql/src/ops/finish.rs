@@ -22,6 +22,10 @@ async fn locked(tx: &mut Tx<'_>, id: &str, token: &str) -> Result<TaskRow, TxFai
 
 /// Ack of several tasks: one locking read, one set-based UPDATE, then propagation for those
 /// with open child edges. Each item gets its own outcome.
+///
+/// Without a Notify observer there are no snapshots to take, so the locking read returns only
+/// what the token check needs (`id, status, lease_token`) instead of every column: a batch of
+/// acks does not carry its payloads back over the wire.
 pub(crate) async fn ack_many(
     tx: &mut Tx<'_>,
     items: &[AckItem],
@@ -29,7 +33,8 @@ pub(crate) async fn ack_many(
     let mut ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
-    let (rows, with_children) = lock_with_children(tx, &ids).await?;
+    let full = tx.opts.notifier.is_active();
+    let (rows, with_children) = lock_with_children(tx, &ids, full).await?;
     let now = tx.now().await?;
     let mut outcomes = Vec::with_capacity(items.len());
     let mut done: Vec<TaskRow> = Vec::new();
@@ -75,43 +80,83 @@ pub(crate) fn ack_lock_sql(core: &Core, n: usize) -> Arc<str> {
     })
 }
 
-/// The ack's write of `n` tasks. Arguments: (id, result) pairs, now, the IDs.
-pub(crate) fn ack_complete_sql(core: &Core, n: usize) -> Arc<str> {
-    core.sql_sized("ack_complete", (n, 0), || {
-        let mut sql = "UPDATE {tasks} SET status = 'completed', result = CASE id".to_owned();
-        sql.push_str(&" WHEN ? THEN ?".repeat(n));
-        sql.push_str(" END, finished_at = ?, lease_token = '', lease_until = 0, ");
+/// [`ack_lock_sql`] returning only what the token check reads: `id, status, lease_token`,
+/// then `has_children` and the server's time. Arguments: the IDs.
+pub(crate) fn ack_lock_slim_sql(core: &Core, n: usize) -> Arc<str> {
+    core.sql_sized("ack_lock_slim", (n, 0), || {
+        format!(
+            "SELECT id, status, lease_token, has_children, {{now}} FROM {{tasks}} \
+             WHERE id IN ({}) ORDER BY id{{lock}}",
+            placeholders(n)
+        )
+    })
+}
+
+/// The ack's write of `n` tasks. Arguments: (id, result) pairs when `results` (else every
+/// result is NULL and the pairs are left out), now, the IDs.
+pub(crate) fn ack_complete_sql(core: &Core, n: usize, results: bool) -> Arc<str> {
+    core.sql_sized("ack_complete", (n, usize::from(results)), || {
+        let mut sql = "UPDATE {tasks} SET status = 'completed', result = ".to_owned();
+        if results {
+            sql.push_str("CASE id");
+            sql.push_str(&" WHEN ? THEN ?".repeat(n));
+            sql.push_str(" END");
+        } else {
+            sql.push_str("NULL");
+        }
+        sql.push_str(", finished_at = ?, lease_token = '', lease_until = 0, ");
         sql.push_str(&format!("cancel_requested = 0 WHERE id IN ({})", placeholders(n)));
         sql
     })
 }
 
 /// Locks rows by ID and reports which have open child edges (so propagation is skipped for
-/// the common childless task without another round trip).
+/// the common childless task without another round trip). With `full` every column is read;
+/// without, the rows hold only ID, status and token (the rest empty).
 async fn lock_with_children(
     tx: &mut Tx<'_>,
     ids: &[&str],
+    full: bool,
 ) -> std::result::Result<(Vec<TaskRow>, Vec<String>), TxFail> {
     if ids.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    let sql = ack_lock_sql(tx.core, ids.len());
     let args: Vec<Value> = ids.iter().map(|id| Value::from(*id)).collect();
-    let raw = tx.fetch(&sql, &args, &super::kinds_plus(&[Kind::Int, Kind::Int])).await?;
-    if let Some(Value::Int(ms)) = raw.first().and_then(|r| r.get(crate::row::TASK_COLUMN_COUNT + 1))
-    {
+    let (raw, flag) = if full {
+        let sql = ack_lock_sql(tx.core, ids.len());
+        let kinds = super::kinds_plus(&[Kind::Int, Kind::Int]);
+        (tx.fetch(&sql, &args, &kinds).await?, crate::row::TASK_COLUMN_COUNT)
+    } else {
+        let sql = ack_lock_slim_sql(tx.core, ids.len());
+        let kinds = [Kind::Text, Kind::Text, Kind::Text, Kind::Int, Kind::Int];
+        (tx.fetch(&sql, &args, &kinds).await?, 3)
+    };
+    if let Some(Value::Int(ms)) = raw.first().and_then(|r| r.get(flag + 1)) {
         tx.set_now(Timestamp::from_millis(*ms));
     }
     let mut rows = Vec::with_capacity(raw.len());
     let mut with_children = Vec::new();
     for r in &raw {
-        let row = TaskRow::decode(r)?;
-        if crate::value::Cols(r).int(crate::row::TASK_COLUMN_COUNT)? != 0 {
+        let row = if full { TaskRow::decode(r)? } else { slim_row(r)? };
+        if crate::value::Cols(r).int(flag)? != 0 {
             with_children.push(row.task.id.clone());
         }
         rows.push(row);
     }
     Ok((rows, with_children))
+}
+
+/// A row of [`ack_lock_slim_sql`] as a [`TaskRow`] holding its ID, status and token.
+fn slim_row(r: &[Value]) -> std::result::Result<TaskRow, TxFail> {
+    let c = crate::value::Cols(r);
+    let status = c
+        .text(1)?
+        .parse::<Status>()
+        .map_err(|e| TxFail::from(crate::value::DecodeError(format!("bad status in row: {e}"))))?;
+    let mut task = taskgate::Task::new("", "").with_id(c.text(0)?);
+    task.status = status;
+    task.lease_token = c.text(2)?;
+    Ok(TaskRow { task, pending_parents: 0, lease_until: 0 })
 }
 
 /// Writes `completed` for every row: one statement (results bound per row), or as many as
@@ -140,10 +185,13 @@ async fn complete_chunk(tx: &mut Tx<'_>, rows: &[TaskRow], now: Timestamp) -> Re
         return Ok(());
     }
     let n = rows.len();
-    let sql = ack_complete_sql(tx.core, n);
+    let results = rows.iter().any(|r| r.task.result.is_some());
+    let sql = ack_complete_sql(tx.core, n, results);
     let mut args = Vec::with_capacity(3 * n + 1);
-    for r in rows {
-        args.extend([Value::from(&r.task.id), Value::opt_bytes(r.task.result.as_deref())]);
+    if results {
+        for r in rows {
+            args.extend([Value::from(&r.task.id), Value::opt_bytes(r.task.result.as_deref())]);
+        }
     }
     args.push(Value::from(now));
     args.extend(rows.iter().map(|r| Value::from(&r.task.id)));

@@ -59,6 +59,11 @@ pub(crate) fn decode_all(rows: &[Row]) -> Result<Vec<TaskRow>, TxFail> {
     rows.iter().map(|r| TaskRow::decode(r).map_err(TxFail::from)).collect()
 }
 
+/// Decodes task rows, moving their values (claims: the payloads are not copied).
+pub(crate) fn decode_owned(rows: Vec<Row>) -> Result<Vec<TaskRow>, TxFail> {
+    rows.into_iter().map(|r| TaskRow::decode_owned(r).map_err(TxFail::from)).collect()
+}
+
 /// The task kinds followed by `extra` columns.
 pub(crate) fn kinds_plus(extra: &[Kind]) -> Vec<Kind> {
     TASK_KINDS.iter().chain(extra).copied().collect()
