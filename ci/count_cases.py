@@ -70,6 +70,8 @@ def judge(key, expected, allowed):
     """(ok, summary, problems) for the names `expected` under `key`."""
     got = runs.get(key, {})
     tally = collections.Counter()
+    if not got:
+        return False, tally, [f"{'/'.join(key[1:])}: did not run at all"]
     problems = []
     for name in expected:
         outcomes = got.get(name, [])
