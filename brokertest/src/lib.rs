@@ -51,9 +51,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use taskgate::{BoxError, BoxFuture, Broker, Capabilities, Timestamp};
 
+pub use cleanup::Tracked;
 pub use deadline::{within, TEST_LIMIT, WAIT_LIMIT};
 pub use harness::{spawn_dequeue_on, task, Harness, Waiter, REAL_WINDOW, SAFETY_TIMEOUT};
-pub use cleanup::Tracked;
 pub use record::{record, Origin, REPORT_VAR};
 pub use report::{
     case_names, run_all, run_case_test, run_matching, CaseReport, Outcome, CASE_TIMEOUT,

@@ -167,8 +167,7 @@ impl SqlBroker {
     /// benchmark's bed, `taskgate check` on a named database.
     pub async fn drop_tables(&self) -> Result<()> {
         let backend = self.core().dialect.name();
-        let mut session =
-            self.adapter().session().await.map_err(|e| Error::backend(backend, e))?;
+        let mut session = self.adapter().session().await.map_err(|e| Error::backend(backend, e))?;
         let dropped = self.drop_on(&mut *session, self.prefix()).await;
         let closed = session.close().await.map_err(|e| Error::backend(backend, e));
         dropped.and(closed)

@@ -119,8 +119,8 @@ pub use op::{
 pub use regress::{check_regressions, regressions, Regression};
 pub(crate) use run::reachable;
 pub use run::{
-    check_sequence, model_cases, run_model_test, ModelFailure, ModelReport, CASES_VAR,
-    SEED_VAR, SHRINK_VAR, STEPS_VAR,
+    check_sequence, model_cases, run_model_test, ModelFailure, ModelReport, CASES_VAR, SEED_VAR,
+    SHRINK_VAR, STEPS_VAR,
 };
 pub use state::{Model, ModelOptions};
 
