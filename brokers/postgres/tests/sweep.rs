@@ -41,13 +41,15 @@ async fn the_sweep_drops_only_test_tables_older_than_an_hour() -> Result<(), tas
         let clock = ManualClock::at_contract_epoch();
         let old = TestPrefix::made_at(SystemTime::now() - Duration::from_secs(2 * 3600));
         let recent = TestPrefix::made_at(SystemTime::now() - Duration::from_secs(10 * 60));
-        let all = i64::try_from(s.options()?.connect_lazy()?.engine().tables().len())?;
+        let lazy = s.options()?.connect_lazy()?;
+        let all = i64::try_from(lazy.engine().tables().len())?;
+        lazy.close().await?;
         assert_eq!(all, 6, "tasks, task_deps, paused_queues, quota, audit, schema_migrations");
         for prefix in [&old, &recent] {
             let b = s.options()?.prefix(prefix.as_str()).connect().await?;
             b.init(common::options(&clock)).await?;
             b.close().await?;
-            assert_eq!(tables(&s, prefix).await?, all, "{prefix} has all its tables");
+            assert_eq!(tables(&s, prefix.as_str()).await?, all, "{prefix} has all its tables");
             let create = format!("CREATE SCHEMA {prefix}clock");
             sqlx::query(&create).execute(&mut s.admin().await?).await?;
         }
