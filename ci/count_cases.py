@@ -1,118 +1,124 @@
 #!/usr/bin/env python3
-"""Counts, per backend, the contract cases and the worker scenarios that passed in one
-`cargo test` log.
+"""Counts, per backend, the contract cases, the model test, the history checker, the
+regressions and the worker scenarios that ran, from the machine-readable case report.
 
-Usage: count_cases.py BUILD_JSON TEST_LOG CASE_LIST_RS [--workers SCENARIO_LIST_RS] BACKEND...
+Usage: count_cases.py REPORT_DIR CASE_LIST_RS [--workers SCENARIO_LIST_RS] BACKEND...
 
-BUILD_JSON is `cargo test --no-run --message-format=json` output (maps executables to packages),
-TEST_LOG the captured `cargo test` output, CASE_LIST_RS the file holding the case list, BACKEND the backends
-whose suites must have run. Exits 1 when one of them did not run, or ran fewer than every case.
-A case the backend declares it does not support (an "*** UNSUPPORTED" line) counts as run: it
-is reported, not passed, and it is not a failure.
+REPORT_DIR is the directory the test run wrote with TASKGATE_CASE_REPORT=REPORT_DIR set: every
+test that `brokertest::contract_tests!` and `workertest::worker_tests!` generate appends one
+JSON line per finished case ({"package", "target", "backend", "suite", "name", "outcome",
+"detail"}; see brokertest/src/record.rs). CASE_LIST_RS holds the case list (brokertest/src/lib.rs),
+SCENARIO_LIST_RS the worker scenarios (workertest/src/lib.rs), BACKEND the backends whose suites
+must have run.
 
-With --workers (workertest/src/lib.rs, the `w01_…` list), each backend's `tests/worker.rs`
-(`taskgate-<backend>`, test target `worker`) must also have run and passed every worker
-scenario; a skipped scenario (no database: "*** SKIPPED") does not count as passed.
+Each backend's `tests/contract.rs` (test target `contract`) must have run every case exactly
+once, passed or unsupported as the backend declares it (c47 on memory, SQLite and MariaDB), and
+passed `model`, `history` and `regressions`; with --workers, its `tests/worker.rs` (target
+`worker`) must have passed every scenario exactly once. A skipped case (no database), a failed
+one, a missing one or one run twice fails the count (exit 1). Other targets that ran the suite
+(SQLite's `server_shaped`) are listed too, and checked the same way.
 """
+import collections
+import glob
 import json
+import os
 import re
 import sys
 
-build_json, test_log, case_list = sys.argv[1:4]
-rest = sys.argv[4:]
+args = sys.argv[1:]
+if len(args) < 2:
+    print(__doc__)
+    sys.exit(2)
+report_dir, case_list = args[:2]
+rest = args[2:]
 worker_list = None
 if rest[:1] == ["--workers"]:
     worker_list, rest = rest[1], rest[2:]
 required = rest or ["memory", "sqlite", "postgres", "mysql"]
-expected = len(re.findall(r"^ +([cq]\d+_[a-z_]+),$", open(case_list).read(), re.M))
-SCENARIO = r"w\d+_[a-z0-9_]+"
-expected_w = 0
-if worker_list:
-    expected_w = len(re.findall(r"^ +(" + SCENARIO + r"),$", open(worker_list).read(), re.M))
-    if expected_w == 0:
-        print(f"no worker scenarios found in {worker_list}")
+
+
+def names_in(path, pattern):
+    found = re.findall(r"^ +(" + pattern + r"),$", open(path).read(), re.M)
+    if not found:
+        print(f"no names found in {path}")
         sys.exit(1)
+    return found
 
-# executable path -> (package, test target)
-targets = {}
-for line in open(build_json):
-    try:
-        msg = json.loads(line)
-    except ValueError:
-        continue
-    if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
-        pkg = msg["package_id"]
-        name = re.search(r"#?([A-Za-z0-9_-]+)@", pkg) or re.search(r"/([A-Za-z0-9_-]+)#", pkg)
-        targets[msg["executable"]] = (name.group(1) if name else pkg, msg["target"]["name"])
 
-def suite_of(package, target):
-    """(backend, "contract" | "worker") for a suite binary, else None."""
-    if package == "brokertest" and target in ("memory", "sqlite", "postgres", "mysql"):
-        return (target, "contract")
-    m = re.match(r"taskgate-(memory|sqlite|postgres|mysql)$", package)
-    if m and target in ("contract", "worker"):
-        return (m.group(1), target)
-    return None
+cases = names_in(case_list, r"[cq]\d+_[a-z0-9_]+")
+scenarios = names_in(worker_list, r"w\d+_[a-z0-9_]+") if worker_list else []
+WHOLE = ["model", "history", "regressions"]
 
-# Worker suites, counted on their own.
-w_passed, w_suites, w_skipped = {}, {}, {}
+# (backend, target, suite) -> name -> [outcome, ...]
+runs = collections.defaultdict(lambda: collections.defaultdict(list))
+details = {}
+files = sorted(glob.glob(os.path.join(report_dir, "*.jsonl")))
+for path in files:
+    for n, line in enumerate(open(path), 1):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            print(f"{path}:{n}: not a JSON line: {line.rstrip()}")
+            sys.exit(1)
+        key = (r["backend"], r["target"], r["suite"])
+        runs[key][r["name"]].append(r["outcome"])
+        if r.get("detail"):
+            details[key + (r["name"],)] = r["detail"]
 
-passed, suites, skipped, unsupported = {}, {}, {}, {}
-current, worker = None, None
-for line in open(test_log):
-    m = re.match(r"\s+Running .*\((.*)\)\s*$", line)
-    if m:
-        current, worker = None, None
-        suite = suite_of(*targets.get(m.group(1), ("", "")))
-        if suite and suite[1] == "contract":
-            current = suite[0]
-            suites[current] = suites.get(current, 0) + 1
-        elif suite and worker_list:
-            worker = suite[0]
-            w_suites[worker] = w_suites.get(worker, 0) + 1
-        continue
-    if worker:
-        if re.match(r"^test " + SCENARIO + r" \.\.\. ok$", line.rstrip("\n")):
-            w_passed[worker] = w_passed.get(worker, 0) + 1
-        if "*** SKIPPED" in line:
-            w_skipped[worker] = w_skipped.get(worker, 0) + 1
-        continue
-    if current and re.match(r"^test [cq]\d+_[a-z_]+ \.\.\. ok$", line.rstrip("\n")):
-        passed[current] = passed.get(current, 0) + 1
-    if current and "*** SKIPPED" in line:
-        # A skipped case reports "ok" to the test harness; it did not run.
-        skipped[current] = skipped.get(current, 0) + 1
-    if current and "*** UNSUPPORTED" in line:
-        # Reported "ok" as well: the backend declares it lacks what the case needs.
-        unsupported[current] = unsupported.get(current, 0) + 1
+
+def judge(key, expected, allowed):
+    """(ok, summary, problems) for the names `expected` under `key`."""
+    got = runs.get(key, {})
+    tally = collections.Counter()
+    if not got:
+        return False, tally, [f"{'/'.join(key[1:])}: did not run at all"]
+    problems = []
+    for name in expected:
+        outcomes = got.get(name, [])
+        if not outcomes:
+            problems.append(f"{name}: did not run")
+        elif len(outcomes) > 1:
+            problems.append(f"{name}: ran {len(outcomes)} times ({', '.join(outcomes)})")
+        elif outcomes[0] not in allowed:
+            why = details.get(key + (name,), "")
+            problems.append(f"{name}: {outcomes[0]}" + (f" ({why[:200]})" if why else ""))
+        else:
+            tally[outcomes[0]] += 1
+    unknown = sorted(set(got) - set(expected))
+    problems += [f"{name}: not in the list" for name in unknown]
+    return not problems, tally, problems
+
 
 status = 0
+lines = []
 for backend in required:
-    if backend not in suites:
-        print(f"{backend:<9} its contract suite did not run")
-        status = 1
-        continue
-    u = unsupported.get(backend, 0)
-    n = passed.get(backend, 0) - skipped.get(backend, 0) - u
-    runs = suites[backend]
-    ok = n + u == expected * runs
-    declared = f", {u} unsupported as declared" if u else ""
-    print(f"{backend:<9} {n:>4} / {expected * runs} contract cases passed{declared} "
-          f"({runs} suite run(s))")
-    status |= 0 if ok else 1
+    targets = sorted({t for (b, t, s) in runs if b == backend and s == "contract"})
+    if "contract" not in targets:
+        targets.insert(0, "contract")
+    for target in targets:
+        label = backend if target == "contract" else f"{backend} ({target})"
+        ok, tally, problems = judge((backend, target, "contract"), cases,
+                                    ("passed", "unsupported"))
+        whole_ok = True
+        for suite in WHOLE:
+            w_ok, _, w_problems = judge((backend, target, suite), [suite], ("passed",))
+            whole_ok &= w_ok
+            problems += w_problems
+        u = tally["unsupported"]
+        declared = f" + {u} unsupported as declared" if u else ""
+        whole = "model, history, regressions passed" if whole_ok else "model/history/regressions NOT all passed"
+        lines.append(f"{label:<24} {tally['passed']:>3}{declared} of {len(cases)} contract cases; {whole}")
+        lines += [f"    {p}" for p in problems]
+        status |= 0 if ok and whole_ok else 1
+    if worker_list:
+        ok, tally, problems = judge((backend, "worker", "worker"), scenarios, ("passed",))
+        lines.append(f"{backend + ' (worker)':<24} {tally['passed']:>3} of {len(scenarios)} worker scenarios passed")
+        lines += [f"    {p}" for p in problems]
+        status |= 0 if ok else 1
+
+print(f"case report: {len(files)} file(s) in {report_dir}")
+print("\n".join(lines))
 if status:
-    print(f"a backend ran fewer than all {expected} contract cases")
-w_status = 0
-if worker_list:
-    for backend in required:
-        if backend not in w_suites:
-            print(f"{backend:<9} its worker suite (tests/worker.rs) did not run")
-            w_status = 1
-            continue
-        runs = w_suites[backend]
-        n = w_passed.get(backend, 0) - w_skipped.get(backend, 0)
-        print(f"{backend:<9} {n:>4} / {expected_w * runs} worker scenarios passed ({runs} suite run(s))")
-        w_status |= 0 if n == expected_w * runs else 1
-    if w_status:
-        print(f"a backend ran fewer than all {expected_w} worker scenarios")
-sys.exit(status | w_status)
+    print(f"a backend ran fewer than every case ({len(cases)} contract cases, model, history, "
+          f"regressions" + (f", {len(scenarios)} worker scenarios" if worker_list else "") + ")")
+sys.exit(status)

@@ -19,12 +19,13 @@ fi
 servers=$(( count / 4 > 0 ? count / 4 : 1 ))
 export TASKGATE_REQUIRE_DB="${TASKGATE_REQUIRE_DB:-1}"
 
-# backend  runs  cargo arguments (package, test target, test name)
+# backend  runs  cargo arguments (package, test target, test name: the `model` test that
+# `brokertest::contract_tests!` generates in every backend's tests/contract.rs)
 plan=(
-  "memory   $count   -p brokertest --test model_memory memory_matches_the_model"
-  "sqlite   $count   -p brokertest --test model_sqlite sqlite_matches_the_model"
-  "postgres $servers -p taskgate-postgres --test model postgres_matches_the_model"
-  "mysql    $servers -p taskgate-mysql --test model mysql_matches_the_model"
+  "memory   $count   -p taskgate-memory --test contract model"
+  "sqlite   $count   -p taskgate-sqlite --test contract model"
+  "postgres $servers -p taskgate-postgres --test contract model"
+  "mysql    $servers -p taskgate-mysql --test contract model"
 )
 
 logs=$(mktemp -d)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README "Test"): formatting, lints, docs, the workflow file, every crate's
 # tests on every backend (the examples run to completion as tests), each benchmark once, and a
-# per-backend count of the contract cases and worker scenarios that ran and passed (the run
-# fails if any backend ran fewer than the full lists).
+# per-backend count of the contract cases, model/history/regression runs and worker scenarios
+# that ran and passed, read from the case report the generated tests write
+# (TASKGATE_CASE_REPORT; the run fails if any backend ran fewer than the full lists).
 # Databases: run `. ci/services.sh` first (`.ci/run` does), or set TASKGATE_PG_URL /
 # TASKGATE_MYSQL_URL yourself; without them the PostgreSQL and MySQL cases skip loudly (and
 # fail with TASKGATE_REQUIRE_DB=1).
@@ -14,16 +15,16 @@ started=$(date +%s)
 ci/lint.sh
 
 logs=$(mktemp -d)
+export TASKGATE_CASE_REPORT="$logs/cases"
 step "cargo test --workspace (every crate, every backend)"
 status=0
-cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$logs/test.log" || status=$?
+cargo test --workspace --locked --no-fail-fast || status=$?
 
 step "cargo bench -- --test (each benchmark once)"
 ci/bench-smoke.sh || status=1
 
-step "contract cases and worker scenarios per backend"
-cargo test --workspace --locked --no-run --message-format=json 2>/dev/null > "$logs/build.json"
-python3 ci/count_cases.py "$logs/build.json" "$logs/test.log" brokertest/src/lib.rs \
+step "contract cases and worker scenarios per backend (from $TASKGATE_CASE_REPORT)"
+python3 ci/count_cases.py "$TASKGATE_CASE_REPORT" brokertest/src/lib.rs \
   --workers workertest/src/lib.rs \
   memory sqlite postgres mysql || status=1
 

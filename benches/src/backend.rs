@@ -15,6 +15,7 @@ use taskgate::{Broker, BrokerOptions};
 use taskgate_memory::MemoryBroker;
 use taskgate_mysql::MySqlOptions;
 use taskgate_postgres::PgOptions;
+use taskgate_sql::testing::TestPrefix;
 use taskgate_sql::SqlBroker;
 use taskgate_sqlite::{SqliteOptions, Synchronous};
 
@@ -24,10 +25,6 @@ use crate::Result;
 pub const PG_URL_VAR: &str = "TASKGATE_PG_URL";
 /// The environment variable naming the MySQL/MariaDB server (as in the contract tests).
 pub const MYSQL_URL_VAR: &str = "TASKGATE_MYSQL_URL";
-
-/// The tables of one prefix, children first (dropped when a bed closes).
-const TABLES: [&str; 6] =
-    ["task_deps", "paused_queues", "quota", "audit", "tasks", "schema_migrations"];
 
 /// One taskgate backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,6 +57,11 @@ impl Backend {
     /// True for the SQL backends, which have a raw-SQL ceiling.
     pub fn is_sql(self) -> bool {
         self != Backend::Memory
+    }
+
+    /// True for the backends on a shared database server (their beds are table prefixes).
+    pub fn is_server(self) -> bool {
+        matches!(self, Backend::Postgres | Backend::MySql)
     }
 }
 
@@ -140,8 +142,8 @@ pub struct Bed {
     pub backend: Backend,
     /// The broker handle the workload runs on.
     pub broker: Arc<dyn Broker>,
-    /// The table prefix (the test factories' `tgtest_…` shape, so their hourly sweep removes
-    /// tables a killed run left behind).
+    /// The table prefix (a [`TestPrefix`] on the server backends, so the test factories'
+    /// hourly sweep removes tables a killed run left behind).
     pub prefix: String,
     /// The harness's own pool.
     pub raw: RawPool,
@@ -156,13 +158,6 @@ impl fmt::Debug for Bed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Bed").field("backend", &self.backend).field("prefix", &self.prefix).finish()
     }
-}
-
-/// A fresh prefix in the shape of the backends' test factories: `tgtest_`, the ULID's ten
-/// time characters, its last twelve, `_` (30 characters).
-pub fn fresh_prefix() -> String {
-    let ulid = taskgate::id::new_ulid().to_ascii_lowercase();
-    format!("tgtest_{}{}_", &ulid[..10], &ulid[ulid.len() - 12..])
 }
 
 impl Bed {
@@ -223,7 +218,7 @@ impl Bed {
     }
 
     async fn postgres(url: &str, sessions: u32) -> Result<Bed> {
-        let prefix = fresh_prefix();
+        let prefix = String::from(TestPrefix::new());
         let broker = pg_options(url, &prefix, sessions)?.connect().await?;
         let pool = PgPoolOptions::new().max_connections(sessions).connect_lazy(url)?;
         let engine = broker.engine().clone();
@@ -235,7 +230,7 @@ impl Bed {
     }
 
     async fn mysql(url: &str, sessions: u32) -> Result<Bed> {
-        let prefix = fresh_prefix();
+        let prefix = String::from(TestPrefix::new());
         let broker = mysql_options(url, &prefix, sessions)?.connect().await?;
         let pool = mysql_raw_pool(url, sessions)?;
         let engine = broker.engine().clone();
@@ -284,18 +279,16 @@ impl Bed {
         self.engine.as_ref().map_or(0, SqlBroker::tx_retries)
     }
 
-    /// Closes the broker, drops the bed's tables (server backends) or its directory (SQLite).
+    /// Drops the bed's tables (server backends; SQLite's directory goes with the bed) and
+    /// closes the broker and the harness's pool.
     pub async fn close(self) -> Result<()> {
+        if let (Some(engine), true) = (&self.engine, self.backend.is_server()) {
+            engine.drop_tables().await?;
+        }
         self.broker.close().await?;
         match self.raw {
-            RawPool::Postgres(pool) => {
-                pool.execute(drop_sql(&self.prefix)?.as_str()).await?;
-                pool.close().await;
-            }
-            RawPool::MySql(pool) => {
-                pool.execute(drop_sql(&self.prefix)?.as_str()).await?;
-                pool.close().await;
-            }
+            RawPool::Postgres(pool) => pool.close().await,
+            RawPool::MySql(pool) => pool.close().await,
             RawPool::Sqlite(pool) => pool.close().await,
             RawPool::None => {}
         }
@@ -333,11 +326,4 @@ fn mysql_raw_pool(url: &str, sessions: u32) -> Result<MySqlPool> {
             })
         })
         .connect_lazy_with(connect))
-}
-
-/// `DROP TABLE` of every table of `prefix` (a prefix this harness made: checked anyway).
-fn drop_sql(prefix: &str) -> Result<String> {
-    taskgate::validate::validate_prefix(prefix)?;
-    let list: Vec<String> = TABLES.iter().map(|t| format!("{prefix}{t}")).collect();
-    Ok(format!("DROP TABLE IF EXISTS {}", list.join(", ")))
 }

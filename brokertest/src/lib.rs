@@ -40,7 +40,10 @@ mod deadline;
 mod harness;
 pub mod model;
 pub mod races;
+mod record;
 mod report;
+mod skip;
+mod suites;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,11 +51,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use taskgate::{BoxError, BoxFuture, Broker, Capabilities, Timestamp};
 
+pub use cleanup::Tracked;
 pub use deadline::{within, TEST_LIMIT, WAIT_LIMIT};
 pub use harness::{spawn_dequeue_on, task, Harness, Waiter, REAL_WINDOW, SAFETY_TIMEOUT};
+pub use record::{record, Origin, REPORT_VAR};
 pub use report::{
-    case_names, require_db, run_all, run_case_test, run_matching, CaseReport, Outcome, CASE_TIMEOUT,
+    case_names, run_all, run_case_test, run_matching, CaseReport, Outcome, CASE_TIMEOUT,
 };
+pub use skip::{or_skip, require_db, skip};
+pub use suites::{history_suite_test, model_suite_test, regressions_suite_test};
 
 /// What every case returns: `Ok` when it passed. Assertion failures panic with a message.
 pub type CaseResult = Result<(), BoxError>;
@@ -310,31 +317,67 @@ macro_rules! __case_table {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __contract_test_fns {
-    (($factory:expr) $($name:ident),* $(,)?) => {
+    (($factory:expr, $model_cases:expr) $($name:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 let factory: ::std::sync::Arc<dyn $crate::Factory> =
                     ::std::sync::Arc::new($factory);
-                $crate::run_case_test(stringify!($name), factory).await;
+                $crate::run_case_test($crate::origin!(), stringify!($name), factory).await;
             }
         )*
+
+        /// The model test (extensions §E12): random operation sequences compared step by step
+        /// with the reference model (`TASKGATE_MODEL_CASES` overrides the count).
+        #[test]
+        fn model() {
+            $crate::model_suite_test($crate::origin!(), $factory, $model_cases);
+        }
+
+        /// The concurrency history checker: workers on separate handles, properties checked
+        /// over the recorded calls (`TASKGATE_HISTORY_ROUNDS` overrides the rounds).
+        #[test]
+        fn history() {
+            $crate::history_suite_test($crate::origin!(), $factory);
+        }
+
+        /// The shrunk failures the model test found (on any backend), replayed as fixed
+        /// sequences.
+        #[test]
+        fn regressions() {
+            $crate::regressions_suite_test($crate::origin!(), || $factory);
+        }
     };
 }
 
-/// Expands to one `#[tokio::test]` per contract case, each running against `$factory` (an
-/// expression evaluated afresh in every test; the calling crate depends on `tokio` with the
-/// `macros` and `rt-multi-thread` features).
+/// Expands to the whole suite against `$factory` (an expression evaluated afresh in every
+/// test; the calling crate depends on `tokio` with the `macros` and `rt-multi-thread`
+/// features), with the same test names on every backend:
+///
+/// * one `#[tokio::test]` per contract case, by its stable name (`c01_round_trip` …);
+/// * `model`: the model test, `model_cases` random sequences (default
+///   [`DEFAULT_MODEL_CASES`]; `TASKGATE_MODEL_CASES` overrides);
+/// * `history`: the concurrency history checker;
+/// * `regressions`: the model's fixed sequences.
+///
+/// Every outcome is recorded for CI's count (see [`record`](crate::record())).
 ///
 /// ```ignore
-/// brokertest::contract_tests!(taskgate_memory::MemoryFactory);
+/// brokertest::contract_tests!(taskgate_memory::testing::MemoryFactory);
+/// brokertest::contract_tests!(taskgate_postgres::testing::PgFactory::from_env(), model_cases = 64);
 /// ```
 #[macro_export]
 macro_rules! contract_tests {
     ($factory:expr) => {
-        $crate::__with_cases!(__contract_test_fns!($factory));
+        $crate::contract_tests!($factory, model_cases = $crate::DEFAULT_MODEL_CASES);
+    };
+    ($factory:expr, model_cases = $cases:expr) => {
+        $crate::__with_cases!(__contract_test_fns!($factory, $cases));
     };
 }
+
+/// Random sequences the generated `model` test runs unless told otherwise.
+pub const DEFAULT_MODEL_CASES: u32 = 256;
 
 /// Every case, in suite order.
 pub static CASES: &[Case] = __with_cases!(__case_table!());

@@ -35,7 +35,7 @@ use taskgate::{
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::{require_db, within, CaseResult, Unavailable, TEST_LIMIT, WAIT_LIMIT};
+use crate::{within, CaseResult, TEST_LIMIT, WAIT_LIMIT};
 
 /// A before-commit hook, called with the operation's name (the SQL engine's
 /// `BeforeCommitHook` has this shape).
@@ -489,14 +489,7 @@ pub async fn run_race(
     name: &str,
     race: impl std::future::Future<Output = CaseResult>,
 ) -> CaseResult {
-    match within(TEST_LIMIT, name, race).await {
-        Err(e) if e.downcast_ref::<Unavailable>().is_some() && !require_db() => {
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {name}: {e} ***\n");
-            Ok(())
-        }
-        other => other,
-    }
+    crate::or_skip(name, within(TEST_LIMIT, name, race).await).map(drop)
 }
 
 #[doc(hidden)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cleanup::Tracked;
-use crate::{Factory, Unavailable, Unsupported, CASES};
+use crate::{Factory, Origin, Unavailable, Unsupported, CASES};
 
 /// Longest a single case may run before it counts as failed (a hang is a failure).
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -151,17 +151,15 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// True when `TASKGATE_REQUIRE_DB=1`: an unreachable database fails instead of skipping.
-pub fn require_db() -> bool {
-    std::env::var("TASKGATE_REQUIRE_DB").is_ok_and(|v| v == "1")
-}
-
-/// The body of one generated test: runs case `name`, panics when it fails, skips loudly (or
-/// fails, with `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable, and passes with a
-/// loud line when the backend declares it does not support what the case needs.
-pub async fn run_case_test(name: &str, factory: Arc<dyn Factory>) {
+/// The body of one generated test: runs case `name`, records its outcome (see
+/// [`record`](crate::record())), panics when it failed, skips loudly (or fails, with
+/// `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable, and passes with a loud line when
+/// the backend declares it does not support what the case needs.
+pub async fn run_case_test(origin: Origin, name: &str, factory: Arc<dyn Factory>) {
     let backend = factory.name();
-    match run_one(name, factory).await {
+    let outcome = run_one(name, factory).await;
+    crate::record(origin, &backend, "contract", name, &outcome);
+    match outcome {
         Outcome::Passed => {}
         Outcome::Unsupported(why) => {
             use std::io::Write as _;
@@ -171,18 +169,7 @@ pub async fn run_case_test(name: &str, factory: Arc<dyn Factory>) {
             );
         }
         Outcome::Failed(why) => panic!("{backend}: {name} failed: {why}"),
-        Outcome::Skipped(why) if require_db() => {
-            panic!("{backend}: {name}: {why} (TASKGATE_REQUIRE_DB=1 forbids skipping)")
-        }
-        Outcome::Skipped(why) => {
-            // Written to the stderr handle, not with `eprintln!`: the test harness captures the
-            // print macros of passing tests, and a skip must be seen.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n*** SKIPPED {backend}: {name}: {why} (set TASKGATE_REQUIRE_DB=1 to fail instead) ***"
-            );
-        }
+        Outcome::Skipped(why) => crate::skip(&format!("{backend}: {name}"), &why),
     }
 }
 

@@ -7,8 +7,6 @@ use brokertest::Factory;
 use crate::error::CliError;
 use crate::open::{Resolved, Target};
 
-mod sqlite_file;
-
 /// The URL used when `check` gets none: a temporary SQLite file per case.
 pub(crate) const DEFAULT_URL: &str = "sqlite://";
 
@@ -37,7 +35,9 @@ pub(crate) fn factory_for(url: &str) -> Result<Arc<dyn Factory>, CliError> {
                     .into(),
             })
         }
-        Target::Sqlite(Some(path)) => Arc::new(sqlite_file::SqliteFileFactory::new(path)),
+        Target::Sqlite(Some(path)) => {
+            Arc::new(taskgate_sqlite::testing::SqliteFactory::on_file(path))
+        }
         Target::Postgres(url) => Arc::new(taskgate_postgres::testing::PgFactory::from_url(&url)?),
         Target::MySql(url) => Arc::new(taskgate_mysql::testing::MySqlFactory::from_url(&url)),
     })

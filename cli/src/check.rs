@@ -2,21 +2,18 @@
 //! finishes; an unreachable database is one message (exit 2), a filter that selects nothing is
 //! an error, and Ctrl-C removes the storage of the case it interrupted (exit 130).
 
-mod track;
-
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use brokertest::{CaseReport, Factory, Outcome};
+use brokertest::{CaseReport, Factory, Outcome, Tracked};
 use clap::Args;
 use serde_json::json;
 
 use crate::backends::{factory_for, probe, DEFAULT_URL};
 use crate::error::{redact, CliError, EXIT_INTERRUPTED};
 use crate::output::{err, one_line, out, Format};
-use track::Tracker;
 
 /// Arguments of `taskgate check`.
 #[derive(Debug, Args)]
@@ -108,7 +105,7 @@ async fn run_cases(
     progress: &mut Progress,
 ) -> (Vec<CaseReport>, bool) {
     let mut interrupt = Interrupt::new();
-    let tracker = Tracker::new(factory);
+    let tracker = Tracked::new(factory);
     let cases =
         match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
             Ok(rt) => rt,
@@ -168,15 +165,15 @@ async fn run_cases(
 
 /// Removes what the interrupted case left, twice: a statement the stopped case had already sent
 /// can still commit on the server after the first pass looked.
-async fn remove_leftovers(tracker: &Tracker) -> String {
+async fn remove_leftovers(tracker: &Tracked) -> String {
     let left = tracker.unfinished();
     let mut result = Ok(());
     for pass in 0..2 {
         if pass > 0 {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        result = match tokio::time::timeout(STOP_LIMIT, tracker.cleanup_all()).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
+        result = match tokio::time::timeout(STOP_LIMIT, tracker.sweep()).await {
+            Ok(r) => r.map(drop).map_err(|e| e.to_string()),
             Err(_) => Err(format!("cleanup still running after {STOP_LIMIT:?}")),
         };
     }

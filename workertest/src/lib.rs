@@ -20,7 +20,7 @@ mod world;
 
 use std::sync::Arc;
 
-use brokertest::{CaseResult, Factory, Unavailable};
+use brokertest::{CaseResult, Factory, Outcome, Unavailable};
 use taskgate::BoxFuture;
 
 pub use world::{eventually, task_until, within, TestResult, World, DEADLINE};
@@ -116,14 +116,19 @@ macro_rules! __worker_test_fns {
             async fn $name() {
                 let factory: ::std::sync::Arc<dyn $crate::__Factory> =
                     ::std::sync::Arc::new($factory);
-                $crate::run_scenario_test(stringify!($name), factory).await;
+                $crate::run_scenario_test(
+                    $crate::__origin!(),
+                    stringify!($name),
+                    factory,
+                )
+                .await;
             }
         )*
     };
 }
 
 #[doc(hidden)]
-pub use brokertest::Factory as __Factory;
+pub use brokertest::{origin as __origin, Factory as __Factory};
 
 /// Expands to one `#[tokio::test]` per scenario, each against `$factory` (evaluated afresh in
 /// every test; the calling crate depends on `tokio` with `macros` and `rt-multi-thread`).
@@ -140,24 +145,26 @@ pub static SCENARIOS: &[Scenario] = __with_scenarios!(__scenario_table!());
 /// The whole-scenario limit (a hang detector).
 pub const SCENARIO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The body of one generated test: runs scenario `name`, panics when it fails, skips loudly
-/// (or fails, with `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable.
-pub async fn run_scenario_test(name: &str, factory: Arc<dyn Factory>) {
+/// The body of one generated test: runs scenario `name`, records its outcome (suite `worker`,
+/// see [`brokertest::record`]), panics when it fails, skips loudly (or fails, with
+/// `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable.
+pub async fn run_scenario_test(origin: brokertest::Origin, name: &str, factory: Arc<dyn Factory>) {
     let backend = factory.name();
     let Some(scenario) = SCENARIOS.iter().find(|s| s.name == name) else {
         panic!("unknown scenario {name}");
     };
-    let outcome = tokio::time::timeout(SCENARIO_TIMEOUT, (scenario.run)(factory)).await;
+    let outcome = match tokio::time::timeout(SCENARIO_TIMEOUT, (scenario.run)(factory)).await {
+        Ok(Ok(())) => Outcome::Passed,
+        Ok(Err(e)) => match e.downcast_ref::<Unavailable>() {
+            Some(u) => Outcome::Skipped(u.0.clone()),
+            None => Outcome::Failed(e.to_string()),
+        },
+        Err(_) => Outcome::Failed(format!("did not finish within {SCENARIO_TIMEOUT:?}")),
+    };
+    brokertest::record(origin, &backend, "worker", name, &outcome);
     match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) if e.downcast_ref::<Unavailable>().is_some() => {
-            if brokertest::require_db() {
-                panic!("{backend}: {name}: {e} (TASKGATE_REQUIRE_DB=1 forbids skipping)");
-            }
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {backend}: {name}: {e} ***");
-        }
-        Ok(Err(e)) => panic!("{backend}: {name} failed: {e}"),
-        Err(_) => panic!("{backend}: {name} did not finish within {SCENARIO_TIMEOUT:?}"),
+        Outcome::Passed | Outcome::Unsupported(_) => {}
+        Outcome::Skipped(why) => brokertest::skip(&format!("{backend}: {name}"), &why),
+        Outcome::Failed(why) => panic!("{backend}: {name} failed: {why}"),
     }
 }

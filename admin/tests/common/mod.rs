@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use brokertest::{Factory, Unavailable};
+use brokertest::Factory;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::Request;
@@ -183,13 +183,9 @@ where
     Fut: Future<Output = Result<(), BoxError>>,
 {
     let backend = factory.name();
-    let storage = match factory.storage().await {
-        Ok(storage) => storage,
-        Err(e) if e.downcast_ref::<Unavailable>().is_some() && !brokertest::require_db() => {
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "\n*** SKIPPED {backend}: {e} ***");
-            return;
-        }
+    let storage = match brokertest::or_skip(&backend, factory.storage().await) {
+        Ok(Some(storage)) => storage,
+        Ok(None) => return,
         Err(e) => panic!("{backend}: no storage: {e}"),
     };
     let broker = storage.handle().await.expect("a handle");

@@ -1,6 +1,6 @@
-//! The brokertest factory for PostgreSQL (extensions §E11): every case gets its own random
-//! table prefix (`tgtest_<time><random>_`, 30 characters) on one server, and its tables are
-//! dropped afterwards.
+//! The brokertest factory for PostgreSQL (extensions §E11): every case gets its own
+//! [`TestPrefix`] on one server, and its tables are dropped afterwards
+//! ([`SqlBroker::drop_tables`](taskgate_sql::SqlBroker::drop_tables), the engine's test kit).
 //!
 //! Where the server comes from, in order:
 //! 1. `TASKGATE_PG_URL` (CI sets it, with `TASKGATE_REQUIRE_DB=1`);
@@ -10,9 +10,9 @@
 //! 3. neither: [`brokertest::Unavailable`], so the suite skips loudly (or fails under
 //!    `TASKGATE_REQUIRE_DB=1`).
 //!
-//! A failed case may not clean up, so the first storage of a process also drops every
-//! `tgtest_` table set (and server-clock schema) whose prefix was made more than an hour ago
-//! (the prefix carries its creation time).
+//! A killed run may not clean up, so the first storage of a process on a server also drops
+//! every test table set (and server-clock schema) made more than an hour ago
+//! ([`taskgate_sql::testing::sweep_once`]), and learns whether the server answers.
 //!
 //! The suite's server clock ([`Storage::server_clock`]) is a schema `<prefix>clock` holding a
 //! one-row table and a function `clock_timestamp()` that reads it; handles on that clock put
@@ -20,7 +20,6 @@
 //! expression (`clock_timestamp()`, unqualified) reads the table instead of the server's
 //! real clock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -28,15 +27,13 @@ use async_trait::async_trait;
 use brokertest::{Factory, ServerClock, Storage, Unavailable};
 use sqlx::{Connection, PgConnection};
 use taskgate::{BoxError, Broker, Timestamp};
+pub use taskgate_sql::testing::TestPrefix;
+use taskgate_sql::testing::{stale_prefixes, sweep_once};
 
 use crate::{PgBroker, PgOptions};
 
 /// The environment variable naming the test server.
 pub const URL_VAR: &str = "TASKGATE_PG_URL";
-/// The prefix of every test table set.
-pub const TEST_PREFIX: &str = "tgtest_";
-/// Test table sets older than this are dropped by the sweep.
-pub const STALE_AFTER: Duration = Duration::from_secs(3600);
 /// Pool size of a test handle: small, since cases run in parallel on one server.
 pub const TEST_POOL_SIZE: u32 = 4;
 /// Poll interval of a test handle.
@@ -47,10 +44,6 @@ pub const TEST_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// cases (the history checker allows 5 s per call) would time out on latency, not on a wrong
 /// result. Only a superuser may set it; other users keep the server's value.
 pub const TEST_DEADLOCK_TIMEOUT: &str = "100ms";
-
-/// The tables of one prefix, children first.
-pub const TABLES: [&str; 6] =
-    ["task_deps", "paused_queues", "quota", "audit", "tasks", "schema_migrations"];
 
 #[derive(Clone, Debug)]
 enum Source {
@@ -126,15 +119,14 @@ impl PgFactory {
     /// Fresh storage with the concrete type (tests that need the prefix or the URL).
     pub async fn pg_storage(&self) -> Result<PgStorage, BoxError> {
         let url = self.url().await?;
-        sweep_once(&url).await;
+        sweep_once(&url, || sweep(&url)).await?;
         let fast_deadlocks = may_set_deadlock_timeout(&url).await;
         Ok(PgStorage {
             url,
             fast_deadlocks,
-            prefix: test_prefix(),
+            prefix: TestPrefix::new(),
             pool_size: self.pool_size,
             poll_interval: self.poll_interval,
-            extra: Mutex::new(Vec::new()),
             clock_schema: Mutex::new(None),
         })
     }
@@ -156,17 +148,16 @@ impl Factory for PgFactory {
 pub struct PgStorage {
     url: String,
     fast_deadlocks: bool,
-    prefix: String,
+    prefix: TestPrefix,
     pool_size: u32,
     poll_interval: Duration,
-    extra: Mutex<Vec<String>>,
     clock_schema: Mutex<Option<String>>,
 }
 
 impl PgStorage {
     /// The table prefix of this storage.
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        self.prefix.as_str()
     }
 
     /// The server's URL.
@@ -178,7 +169,7 @@ impl PgStorage {
     /// test user may set it) [`TEST_DEADLOCK_TIMEOUT`].
     pub fn options(&self) -> taskgate::Result<PgOptions> {
         let options = PgOptions::from_url(&self.url)?
-            .prefix(self.prefix.clone())
+            .prefix(self.prefix.as_str())
             .pool_size(self.pool_size)
             .poll_interval(self.poll_interval);
         Ok(match self.fast_deadlocks {
@@ -207,14 +198,10 @@ impl Storage for PgStorage {
     }
 
     async fn handle_with_prefix(&self, prefix: &str) -> Option<taskgate::Result<Arc<dyn Broker>>> {
-        let options = match self.options() {
-            Ok(o) => o.prefix(prefix),
-            Err(e) => return Some(Err(e)),
+        let made = match self.options() {
+            Ok(options) => options.prefix(prefix).connect_lazy(),
+            Err(e) => Err(e),
         };
-        let made = options.connect().await;
-        if made.is_ok() {
-            self.extra.lock().unwrap_or_else(|p| p.into_inner()).push(prefix.to_owned());
-        }
         Some(made.map(|b| Arc::new(b) as Arc<dyn Broker>))
     }
 
@@ -237,17 +224,16 @@ impl Storage for PgStorage {
     }
 
     async fn cleanup(&self) -> Result<(), BoxError> {
-        let mut conn = self.admin().await?;
-        let mut prefixes = self.extra.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        prefixes.push(self.prefix.clone());
-        for prefix in prefixes {
-            drop_tables(&mut conn, &prefix).await?;
-        }
+        let broker = self.options()?.connect_lazy()?;
+        let dropped = broker.engine().drop_tables().await;
+        let _ = broker.close().await;
+        dropped?;
         let schema = self.clock_schema.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(schema) = schema {
+            let mut conn = self.admin().await?;
             drop_clock_schema(&mut conn, &schema).await?;
+            conn.close().await?;
         }
-        conn.close().await?;
         Ok(())
     }
 }
@@ -256,7 +242,6 @@ impl PgStorage {
     /// Creates this storage's clock schema at `start`.
     async fn make_clock(&self, start: Timestamp) -> Result<PgServerClock, BoxError> {
         let schema = format!("{}clock", self.prefix);
-        taskgate::validate::validate_prefix(&self.prefix)?;
         let mut conn = self.admin().await?;
         let tables: String =
             sqlx::query_scalar("SELECT current_schema()::text").fetch_one(&mut conn).await?;
@@ -314,66 +299,6 @@ async fn drop_clock_schema(conn: &mut PgConnection, schema: &str) -> Result<(), 
     Ok(())
 }
 
-/// Drops every table of `prefix` (a validated prefix: it is spliced into the statement).
-pub async fn drop_tables(conn: &mut PgConnection, prefix: &str) -> Result<(), BoxError> {
-    taskgate::validate::validate_prefix(prefix)?;
-    let list: Vec<String> = TABLES.iter().map(|t| format!("{prefix}{t}")).collect();
-    let sql = format!("DROP TABLE IF EXISTS {}", list.join(", "));
-    crate::conn::simple(conn, &sql).await?;
-    Ok(())
-}
-
-/// A fresh test prefix: `tgtest_`, the ULID's 10 time characters, its last 12 random
-/// characters (the ones a monotonic ULID increments), `_` — 30 characters, lowercase.
-pub fn test_prefix() -> String {
-    let ulid = taskgate::id::new_ulid().to_ascii_lowercase();
-    format!("{TEST_PREFIX}{}{}_", &ulid[..10], &ulid[14..])
-}
-
-/// A test prefix dated `made` instead of now (to test the sweep).
-pub fn test_prefix_at(made: SystemTime) -> String {
-    const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
-    let ms = made.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    let time: String = (0..10)
-        .rev()
-        .map(|i| char::from(ALPHABET[usize::try_from((ms >> (5 * i)) & 31).unwrap_or(0)]))
-        .collect();
-    let fresh = test_prefix();
-    format!("{TEST_PREFIX}{time}{}", &fresh[17..])
-}
-
-/// When a test prefix was made (decoded from its ULID time characters).
-pub fn prefix_time(prefix: &str) -> Option<SystemTime> {
-    let time = prefix.strip_prefix(TEST_PREFIX)?.get(..10)?;
-    const ALPHABET: &str = "0123456789abcdefghjkmnpqrstvwxyz";
-    let ms = time.chars().try_fold(0u64, |acc, c| {
-        let digit = u64::try_from(ALPHABET.find(c)?).ok()?;
-        acc.checked_mul(32)?.checked_add(digit)
-    })?;
-    SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))
-}
-
-/// The prefixes of test table sets older than [`STALE_AFTER`], given table names.
-pub fn stale_prefixes<'a>(
-    tables: impl IntoIterator<Item = &'a str>,
-    now: SystemTime,
-) -> Vec<String> {
-    let mut out: Vec<String> = tables
-        .into_iter()
-        .filter_map(|t| t.get(..30))
-        .filter(|p| p.ends_with('_') && taskgate::validate::validate_prefix(p).is_ok())
-        .filter(|p| {
-            prefix_time(p)
-                .and_then(|made| now.duration_since(made).ok())
-                .is_some_and(|age| age > STALE_AFTER)
-        })
-        .map(str::to_owned)
-        .collect();
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
 static SUPERUSER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// True when the test user may set `deadlock_timeout` (a superuser); asked once per process.
@@ -394,43 +319,24 @@ async fn may_set_deadlock_timeout(url: &str) -> bool {
     *SUPERUSER.get_or_init(|| asked.unwrap_or(false))
 }
 
-static SWEPT: AtomicBool = AtomicBool::new(false);
-
-/// Drops stale test tables once per process (the first storage does it); failures are
-/// reported, never fatal.
-async fn sweep_once(url: &str) {
-    if SWEPT.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    if let Err(e) = sweep(url).await {
-        eprintln!("taskgate-postgres: sweeping stale {TEST_PREFIX} tables failed: {e}");
-    }
-}
-
-/// Drops every test table set made more than an hour ago; returns how many.
-pub async fn sweep(url: &str) -> Result<usize, BoxError> {
+/// Drops every test table set and server-clock schema on the server at `url` made more than
+/// an hour ago; returns the table sets' prefixes. An unreachable server is [`Unavailable`].
+pub async fn sweep(url: &str) -> Result<Vec<TestPrefix>, BoxError> {
+    let broker = PgOptions::from_url(url)?.connect_lazy()?;
+    let swept = broker.engine().sweep_stale_test_tables().await;
+    let _ = taskgate::Broker::close(&broker).await;
+    let swept = swept?;
     let mut conn = PgConnection::connect(url).await?;
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() \
-         AND tablename LIKE 'tgtest\\_%'",
-    )
-    .fetch_all(&mut conn)
-    .await?;
-    let stale = stale_prefixes(tables.iter().map(String::as_str), SystemTime::now());
-    for prefix in &stale {
-        drop_tables(&mut conn, prefix).await?;
-    }
     let schemas: Vec<String> = sqlx::query_scalar(
         "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'tgtest\\_%clock'",
     )
     .fetch_all(&mut conn)
     .await?;
-    let stale_clocks = stale_prefixes(schemas.iter().map(String::as_str), SystemTime::now());
-    for prefix in &stale_clocks {
+    for prefix in stale_prefixes(schemas.iter().map(String::as_str), SystemTime::now()) {
         drop_clock_schema(&mut conn, &format!("{prefix}clock")).await?;
     }
     conn.close().await?;
-    Ok(stale.len())
+    Ok(swept)
 }
 
 /// True when a Docker engine answers on `DOCKER_HOST` or the default socket.
@@ -477,40 +383,4 @@ async fn start_container() -> Result<String, String> {
     let port = container.get_host_port_ipv4(5432).await.map_err(|e| e.to_string())?;
     // A reusable container outlives this handle (and this process) by design.
     Ok(format!("postgres://postgres:postgres@{host}:{port}/postgres"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn test_prefixes_are_valid_unique_and_dated() {
-        let a = test_prefix();
-        let b = test_prefix();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 30);
-        assert!(taskgate::validate::validate_prefix(&a).is_ok(), "{a}");
-        let made = prefix_time(&a).and_then(|t| SystemTime::now().duration_since(t).ok());
-        assert!(made.is_some_and(|age| age < Duration::from_secs(60)), "{a}");
-    }
-
-    #[test]
-    fn dated_prefixes_decode_to_their_time() {
-        let two_hours_ago = SystemTime::now() - Duration::from_secs(7200);
-        let p = test_prefix_at(two_hours_ago);
-        assert_eq!(p.len(), 30);
-        assert!(taskgate::validate::validate_prefix(&p).is_ok(), "{p}");
-        let back = prefix_time(&p).and_then(|t| two_hours_ago.duration_since(t).ok());
-        assert!(back.is_some_and(|d| d < Duration::from_millis(1)), "{p}");
-    }
-
-    #[test]
-    fn only_old_test_tables_are_stale() {
-        let fresh = format!("{}tasks", test_prefix());
-        let now = SystemTime::now() + Duration::from_secs(2 * 3600);
-        let later = format!("{}tasks", test_prefix());
-        let stale = stale_prefixes([fresh.as_str(), "tgtest_x_tasks", "taskgate_tasks"], now);
-        assert_eq!(stale, vec![fresh[..30].to_owned()]);
-        assert!(stale_prefixes([later.as_str()], SystemTime::now()).is_empty());
-    }
 }

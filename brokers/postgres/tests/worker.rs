@@ -30,16 +30,9 @@ async fn kill_child() -> Result<(), BoxError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_worker_process_tasks_rerun_once_after_the_lease() -> Result<(), BoxError> {
-    let storage = match PgFactory::from_env().pg_storage().await {
-        Ok(s) => s,
-        Err(e)
-            if e.downcast_ref::<brokertest::Unavailable>().is_some()
-                && !brokertest::require_db() =>
-        {
-            eprintln!("\n*** SKIPPED postgres: kill -9 test: {e} ***\n");
-            return Ok(());
-        }
-        Err(e) => return Err(e),
+    let made = PgFactory::from_env().pg_storage().await;
+    let Some(storage) = brokertest::or_skip("postgres: kill -9 test", made)? else {
+        return Ok(());
     };
     let claimed = std::env::temp_dir().join(format!("{}claimed", storage.prefix()));
     let child = Command::new(std::env::current_exe()?)

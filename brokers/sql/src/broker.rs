@@ -98,6 +98,11 @@ impl SqlBroker {
         &self.core
     }
 
+    /// The backend's embedded migrations, in version order.
+    pub(crate) fn migrations(&self) -> &'static [Migration] {
+        self.migrations
+    }
+
     /// The table prefix.
     pub fn prefix(&self) -> &str {
         &self.core.prefix

@@ -103,6 +103,8 @@ mod quota;
 mod recording;
 mod resolve;
 pub mod row;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod value;
 
 pub use adapter::{Adapter, DbError, DbResult, Session, SqlConn, StatementLimit, WriteTx};

@@ -1,7 +1,9 @@
 //! The brokertest factory for SQLite (feature `testing`): every case gets a fresh database
-//! file in its own temporary directory; every handle is a new broker instance on that file.
-//! With the server-shaped dialect the file also holds the clock the suite sets as the
-//! "server's" ([`Storage::server_clock`]).
+//! file in its own temporary directory, or, on a file the caller names
+//! ([`SqliteFactory::on_file`], `taskgate check sqlite://PATH`), a fresh [`TestPrefix`] whose
+//! tables are dropped afterwards (the engine's test kit); every handle is a new broker instance
+//! on that file. With the server-shaped dialect the file also holds the clock the suite sets as
+//! the "server's" ([`Storage::server_clock`]).
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -14,6 +16,7 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};
 use taskgate::{BoxError, Broker, Timestamp};
 
+pub use taskgate_sql::testing::TestPrefix;
 use taskgate_sql::{
     ClaimShape, DbError, DdlLock, Dialect, Placeholder, QuotaShape, RetryClass, TimeSource,
     UniqueTarget,
@@ -27,6 +30,7 @@ pub struct SqliteFactory {
     synchronous: Synchronous,
     poll_interval: Duration,
     server_shaped: bool,
+    file: Option<PathBuf>,
 }
 
 impl Default for SqliteFactory {
@@ -42,7 +46,15 @@ impl SqliteFactory {
             synchronous: Synchronous::Full,
             poll_interval: crate::DEFAULT_POLL_INTERVAL,
             server_shaped: false,
+            file: None,
         }
+    }
+
+    /// A factory whose cases share the database file at `path` (created when missing), each
+    /// under a fresh [`TestPrefix`] whose tables are dropped afterwards; the first storage
+    /// drops test tables older than an hour from the file.
+    pub fn on_file(path: impl Into<PathBuf>) -> Self {
+        SqliteFactory { file: Some(path.into()), ..SqliteFactory::new() }
     }
 
     /// The same factory with [`ServerShapedDialect`]: the engine's PostgreSQL/MySQL paths
@@ -58,12 +70,22 @@ impl SqliteFactory {
         self
     }
 
-    /// A fresh, empty storage directly (for backend tests outside the contract suite).
+    /// A fresh, empty storage in a temporary directory, directly (for backend tests outside
+    /// the contract suite).
     pub fn storage_now(&self) -> Result<SqliteStorage, BoxError> {
         let dir = tempfile::Builder::new().prefix("taskgate-sqlite-").tempdir()?;
         let path = dir.path().join("tasks.db");
-        Ok(SqliteStorage { dir: Some(dir), path, factory: self.clone() })
+        Ok(SqliteStorage { dir: Some(dir), path, prefix: None, factory: self.clone() })
     }
+}
+
+/// Drops the stale test tables of the file at `path` through a handle of `prefix` (opening a
+/// SQLite handle migrates its prefix: never the file's default one); returns their prefixes.
+async fn sweep(path: &Path, prefix: &TestPrefix) -> Result<Vec<TestPrefix>, BoxError> {
+    let broker = SqliteOptions::new(path).prefix(prefix.as_str()).open().await?;
+    let swept = broker.engine().sweep_stale_test_tables().await;
+    let _ = broker.close().await;
+    swept
 }
 
 #[async_trait]
@@ -73,15 +95,27 @@ impl Factory for SqliteFactory {
     }
 
     async fn storage(&self) -> Result<Box<dyn Storage>, BoxError> {
-        Ok(Box::new(self.storage_now()?))
+        let Some(path) = &self.file else { return Ok(Box::new(self.storage_now()?)) };
+        let key = format!("sqlite://{}", path.display());
+        let prefix = TestPrefix::new();
+        let storage = SqliteStorage {
+            dir: None,
+            path: path.clone(),
+            prefix: Some(prefix.clone()),
+            factory: self.clone(),
+        };
+        taskgate_sql::testing::sweep_once(&key, || sweep(path, &prefix)).await?;
+        Ok(Box::new(storage))
     }
 }
 
-/// One case's database file; removed (with its `-wal` and `-shm`) at cleanup.
+/// One case's database: a temporary file, removed (with its `-wal` and `-shm`) at cleanup, or
+/// a prefix on a named file, whose tables are dropped at cleanup.
 #[derive(Debug)]
 pub struct SqliteStorage {
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
+    prefix: Option<TestPrefix>,
     factory: SqliteFactory,
 }
 
@@ -93,9 +127,12 @@ impl SqliteStorage {
 
     /// Options for a new handle on this file.
     pub fn options(&self) -> SqliteOptions {
-        let options = SqliteOptions::new(&self.path)
+        let mut options = SqliteOptions::new(&self.path)
             .synchronous(self.factory.synchronous)
             .poll_interval(self.factory.poll_interval);
+        if let Some(prefix) = &self.prefix {
+            options = options.prefix(prefix.as_str());
+        }
         match self.factory.server_shaped {
             true => options.dialect(Arc::new(ServerShapedDialect)),
             false => options,
@@ -144,6 +181,11 @@ impl Storage for SqliteStorage {
     async fn cleanup(&self) -> Result<(), BoxError> {
         if let Some(dir) = &self.dir {
             let _ = std::fs::remove_dir_all(dir.path());
+        } else {
+            let broker = self.open().await?;
+            let dropped = broker.engine().drop_tables().await;
+            broker.close().await?;
+            dropped?;
         }
         Ok(())
     }

@@ -1,3 +1,4 @@
-//! The whole contract suite against SQLite: one test per case, a fresh file each.
+//! The whole suite against SQLite: every contract case by its stable name, the model test, the
+//! history checker and the regressions, each on a fresh database file.
 
 brokertest::contract_tests!(taskgate_sqlite::testing::SqliteFactory::new());

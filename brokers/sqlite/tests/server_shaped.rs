@@ -1,8 +1,12 @@
-//! The contract suite once more on SQLite, through the engine paths PostgreSQL and
-//! MySQL/MariaDB take (`testing::ServerShapedDialect`): candidate read then UPDATE for claims,
-//! read then UPDATE for acks, the two-step quota, and database time.
+//! The whole suite once more on SQLite, through the engine paths PostgreSQL and MySQL/MariaDB
+//! take (`testing::ServerShapedDialect`): candidate read then UPDATE for claims, read then
+//! UPDATE for acks, the two-step quota, and database time. The model test runs 64 sequences
+//! here, as on the server backends whose paths these are.
 
-brokertest::contract_tests!(taskgate_sqlite::testing::SqliteFactory::new().server_shaped());
+brokertest::contract_tests!(
+    taskgate_sqlite::testing::SqliteFactory::new().server_shaped(),
+    model_cases = 64
+);
 
 mod database_time {
     use std::time::{Duration, SystemTime};

@@ -60,7 +60,8 @@
 //!
 //! # The model test
 //!
-//! [`run_model_test`] (or [`model_test`], which panics with the report) runs `cases` random
+//! [`run_model_test`] (the generated `model` test, [`model_suite_test`](crate::model_suite_test),
+//! panics with its report) runs `cases` random
 //! sequences of up to 40 steps (`TASKGATE_MODEL_STEPS`): enqueue with and without parents,
 //! keys, delays and retries; enqueue_many; try_dequeue_many, try_dequeue and the blocking
 //! dequeue; ack and ack_many; fail of each kind; cancel; finish_canceled; requeue; heartbeat;
@@ -111,14 +112,15 @@ mod write;
 
 pub use call::{brief, Call, Detail, Fault, Outcome};
 pub use gen::ContractMachine;
-pub use history::{history_test, run_history_check, HistoryConfig, HistoryFailure, HistoryReport};
+pub use history::{run_history_check, HistoryConfig, HistoryFailure, HistoryReport};
 pub use op::{
     ListSpec, Op, ReplayTarget, StepSpec, TaskSpec, TokenRef, KEYS, PRESET_IDS, QUEUES, TYPES,
 };
 pub use regress::{check_regressions, regressions, Regression};
+pub(crate) use run::reachable;
 pub use run::{
-    check_sequence, model_cases, model_test, run_model_test, ModelFailure, ModelReport, CASES_VAR,
-    SEED_VAR, SHRINK_VAR, STEPS_VAR,
+    check_sequence, model_cases, run_model_test, ModelFailure, ModelReport, CASES_VAR, SEED_VAR,
+    SHRINK_VAR, STEPS_VAR,
 };
 pub use state::{Model, ModelOptions};
 

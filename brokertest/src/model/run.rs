@@ -200,19 +200,10 @@ pub fn run_model_test<F: Factory + 'static>(
     }
 }
 
-/// Like [`run_model_test`] with `TASKGATE_MODEL_CASES` (else `default_cases`) cases; panics
-/// with the readable report when the backend diverges from the model.
-pub fn model_test<F: Factory + 'static>(factory: F, default_cases: u32) {
-    match run_model_test(factory, model_cases(default_cases)) {
-        Ok(r) => match r.skipped {
-            Some(why) => eprintln!("\n*** SKIPPED model test against {}: {why} ***\n", r.backend),
-            None => eprintln!(
-                "model test against {}: {} cases passed in {:.1?} (seed {})",
-                r.backend, r.cases, r.elapsed, r.seed
-            ),
-        },
-        Err(failure) => panic!("{failure}"),
-    }
+/// Whether `factory`'s database answers, on a runtime of its own: `Ok(None)` when it does,
+/// `Ok(Some(why))` when it is unavailable and skipping is allowed, `Err` otherwise.
+pub(crate) fn reachable(factory: &dyn Factory) -> Result<Option<String>, String> {
+    runtime()?.block_on(probe(factory))
 }
 
 /// Runs one fixed sequence against fresh storage from `factory`, comparing every step with

@@ -64,7 +64,7 @@ fn a_sqlite_file_keeps_no_tables_of_the_run() {
             .expect("tables");
         rows.iter().map(|r| r.get::<String, _>(0)).collect::<Vec<_>>()
     });
-    assert!(tables.iter().all(|t| !t.starts_with("tgcheck_")), "{tables:?}");
+    assert!(tables.iter().all(|t| !t.starts_with("tgtest_")), "{tables:?}");
 }
 
 /// A database of its own on the PostgreSQL server, so "no table left" means exactly this run's.

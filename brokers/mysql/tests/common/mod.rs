@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use brokertest::Unavailable;
 use sqlx::{Connection, MySqlConnection, Row};
 use taskgate::{BoxError, Broker, BrokerOptions, ManualClock};
 use taskgate_mysql::testing::{MySqlFactory, MySqlStorage};
@@ -20,15 +19,9 @@ pub async fn storage(test: &str) -> Option<MySqlStorage> {
 
 /// Like [`storage`] with a custom factory (pool size).
 pub async fn storage_with(test: &str, factory: MySqlFactory) -> Option<MySqlStorage> {
-    let what = format!("mysql: {test}: new storage");
-    match brokertest::within(brokertest::WAIT_LIMIT, what, factory.mysql_storage()).await {
-        Ok(s) => Some(s),
-        Err(e) if e.downcast_ref::<Unavailable>().is_some() && !brokertest::require_db() => {
-            eprintln!("\n*** SKIPPED mysql: {test}: {e} ***\n");
-            None
-        }
-        Err(e) => panic!("mysql: {test}: no storage: {e}"),
-    }
+    let what = format!("mysql: {test}");
+    let made = brokertest::within(brokertest::WAIT_LIMIT, &what, factory.mysql_storage()).await;
+    brokertest::or_skip(&what, made).unwrap_or_else(|e| panic!("{what}: no storage: {e}"))
 }
 
 /// A handle on `storage`, initialised with `options`.

@@ -19,19 +19,9 @@ use taskgate_postgres::{PgBroker, PgOptions};
 /// Fresh storage on the test server; `None` (after a loud message) when there is no server
 /// and `TASKGATE_REQUIRE_DB` is not 1.
 pub async fn storage(test: &str) -> Option<PgStorage> {
-    let what = format!("postgres: {test}: new storage");
-    match brokertest::within(brokertest::WAIT_LIMIT, what, PgFactory::from_env().pg_storage()).await
-    {
-        Ok(s) => Some(s),
-        Err(e) if e.downcast_ref::<brokertest::Unavailable>().is_some() => {
-            if brokertest::require_db() {
-                panic!("{test}: {e} (TASKGATE_REQUIRE_DB=1 forbids skipping)");
-            }
-            eprintln!("\n*** SKIPPED postgres: {test}: {e} ***\n");
-            None
-        }
-        Err(e) => panic!("{test}: no storage: {e}"),
-    }
+    let what = format!("postgres: {test}");
+    let made = brokertest::within(WAIT_LIMIT, &what, PgFactory::from_env().pg_storage()).await;
+    brokertest::or_skip(&what, made).unwrap_or_else(|e| panic!("{what}: no storage: {e}"))
 }
 
 /// The suite's options on `clock`: lease TTL 60 s, caps 3/100.

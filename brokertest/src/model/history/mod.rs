@@ -180,32 +180,6 @@ pub fn run_history_check<F: Factory + 'static>(
     Ok(report)
 }
 
-/// Like [`run_history_check`] with `TASKGATE_HISTORY_ROUNDS` applied; panics with the
-/// violations when a property fails.
-pub fn history_test<F: Factory + 'static>(factory: F, config: HistoryConfig) {
-    match run_history_check(factory, config.with_env()) {
-        Ok(r) => match &r.skipped {
-            Some(why) => {
-                eprintln!("\n*** SKIPPED history check against {}: {why} ***\n", r.backend)
-            }
-            None => eprintln!(
-                "history check against {}: {} rounds, {} calls ({} claims, {} reaped, {} lease \
-                 lost, {} dropped) in {:.1?} (seed {})",
-                r.backend,
-                r.rounds,
-                r.calls,
-                r.claims,
-                r.reaped,
-                r.lease_lost,
-                r.dropped,
-                r.elapsed,
-                r.seed
-            ),
-        },
-        Err(failure) => panic!("{failure}"),
-    }
-}
-
 fn tally(report: &mut HistoryReport, records: &[Record]) {
     report.calls += records.len();
     report.claims += records.iter().filter(|r| r.act == Act::Claim && !r.task.is_empty()).count();

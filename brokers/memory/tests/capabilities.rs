@@ -163,7 +163,7 @@ async fn a_backend_declaring_no_quota_reports_the_quota_cases_unsupported() {
     let others = outcomes(how, &["c01_round_trip", "c37_claims_by_server_clock"]).await;
     assert!(others.iter().all(|(_, o)| *o == Outcome::Passed), "{others:?}");
     // The generated test passes, with a loud line.
-    run_case_test("q1_quota_hard_limit", Arc::new(how)).await;
+    run_case_test(brokertest::origin!(), "q1_quota_hard_limit", Arc::new(how)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
