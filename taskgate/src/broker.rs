@@ -207,7 +207,7 @@ impl Filter {
             && self.status.is_none_or(|s| s == task.status)
             && (self.business_key.is_empty() || self.business_key == task.business_key)
             && (self.owner.is_empty() || self.owner == task.owner)
-            && (self.parent.is_empty() || task.depends_on.iter().any(|p| *p == self.parent))
+            && (self.parent.is_empty() || task.depends_on.contains(&self.parent))
     }
 }
 
