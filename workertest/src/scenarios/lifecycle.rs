@@ -64,16 +64,28 @@ pub async fn w27_shutdown_timeout_requeues(factory: &dyn Factory) -> CaseResult 
     let config = Config::new()
         .queue("work", QueueConfig::workers(1))
         .queue("stage", QueueConfig::workers(1));
+    // Started handlers, not claimed tasks: a claimed task is `running` in the broker before
+    // its handler starts (it may wait in the claim-ahead buffer, §12.3.5).
+    let started = Calls::default();
+    let (s1, s2) = (started.clone(), started.clone());
     let rt = world
-        .start(|b| {
+        .start(move |b| {
             b.config(config)
-                .register(|_job: Work, ctx: JobContext| async move {
-                    ctx.cancelled().await;
-                    Err::<u32, _>(JobError::msg("interrupted"))
+                .register(move |_job: Work, ctx: JobContext| {
+                    let s = s1.clone();
+                    async move {
+                        s.hit();
+                        ctx.cancelled().await;
+                        Err::<u32, _>(JobError::msg("interrupted"))
+                    }
                 })
-                .register(|job: Stage, ctx: JobContext| async move {
-                    ctx.cancelled().await;
-                    Ok::<_, JobError>(job.n)
+                .register(move |job: Stage, ctx: JobContext| {
+                    let s = s2.clone();
+                    async move {
+                        s.hit();
+                        ctx.cancelled().await;
+                        Ok::<_, JobError>(job.n)
+                    }
                 })
         })
         .await?;
@@ -84,6 +96,7 @@ pub async fn w27_shutdown_timeout_requeues(factory: &dyn Factory) -> CaseResult 
     for id in [work.as_str(), stage.as_str()] {
         task_until(&client, id, "running", |t| t.status == Status::Running).await?;
     }
+    eventually("both handlers started", || async { Ok(started.get() == 2) }).await?;
     let stopped = rt.shutdown(Duration::from_millis(300)).await;
     assert!(matches!(stopped, Err(Error::ShutdownTimedOut { interrupted: 2 })), "{stopped:?}");
     let t = client.get(work.as_str()).await?;
