@@ -17,14 +17,20 @@ use crate::{eventually, within, World};
 const FAST: u32 = 200;
 const TOTAL: u32 = 300;
 
-/// Submits `TOTAL` `Work` tasks (n = 0..TOTAL, in one group) from a producer-only runtime;
+/// Submits `TOTAL` `Work` tasks (n = 0..TOTAL, in one group; the slow ones at priority 1 so
+/// every fast one is claimed first) from a producer-only runtime;
 /// returns each stored task's `n` and snapshot by ID.
 async fn fill(world: &World) -> crate::TestResult<HashMap<String, (u32, Task)>> {
     let producer = world.start(|b| b.config(Config::new())).await?;
     let client = producer.client();
     let mut group = client.group();
-    let ns: Vec<(String, u32)> =
-        (0..TOTAL).map(|n| (group.add(Work { n }, SubmitOptions::new()).to_string(), n)).collect();
+    let ns: Vec<(String, u32)> = (0..TOTAL)
+        .map(|n| {
+            // The fast tasks claim first whatever the IDs' order within one millisecond.
+            let options = SubmitOptions::new().priority(i16::from(n >= FAST));
+            (group.add(Work { n }, options).to_string(), n)
+        })
+        .collect();
     let stored: HashMap<String, Task> =
         group.submit().await?.into_iter().map(|t| (t.id.clone(), t)).collect();
     producer.shutdown(Duration::from_secs(5)).await?;
