@@ -42,6 +42,23 @@ async fn fill(world: &World) -> crate::TestResult<HashMap<String, (u32, Task)>> 
     Ok(out)
 }
 
+/// The handler both scenarios run: a fast task (n < `FAST`) counts in `fast` and succeeds; a
+/// slow one counts in `slow` and blocks until cancelled.
+async fn fast_or_block(
+    job: Work,
+    ctx: JobContext,
+    fast: Calls,
+    slow: Calls,
+) -> Result<u32, JobError> {
+    if job.n < FAST {
+        fast.hit();
+        return Ok(job.n);
+    }
+    slow.hit();
+    ctx.cancelled().await;
+    Err(JobError::msg("interrupted"))
+}
+
 /// One worker, fast handlers, then one that blocks: the runtime claims ahead (more `Work`
 /// tasks are `running` in the broker than there are workers, and `stats` shows them held).
 /// Shutdown with a short grace requeues the interrupted one and every held one with
@@ -56,16 +73,7 @@ pub async fn w45_claimed_ahead_requeued_on_shutdown(factory: &dyn Factory) -> Ca
     let rt = world
         .start(move |b| {
             b.config(config).register(move |job: Work, ctx: JobContext| {
-                let (f, s) = (f.clone(), s.clone());
-                async move {
-                    if job.n < FAST {
-                        f.hit();
-                        return Ok(job.n);
-                    }
-                    s.hit();
-                    ctx.cancelled().await;
-                    Err(JobError::msg("interrupted"))
-                }
+                fast_or_block(job, ctx, f.clone(), s.clone())
             })
         })
         .await?;
@@ -128,15 +136,7 @@ pub async fn w46_no_claim_ahead_when_off_or_gated(factory: &dyn Factory) -> Case
         let rt = world
             .start(move |b| {
                 b.config(config).register(move |job: Work, ctx: JobContext| {
-                    let s = s.clone();
-                    async move {
-                        if job.n < FAST {
-                            return Ok(job.n);
-                        }
-                        s.hit();
-                        ctx.cancelled().await;
-                        Err(JobError::msg("interrupted"))
-                    }
+                    fast_or_block(job, ctx, Calls::default(), s.clone())
                 })
             })
             .await?;
