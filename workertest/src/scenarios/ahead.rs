@@ -63,7 +63,8 @@ async fn fast_or_block(
 /// tasks are `running` in the broker than there are workers, and `stats` shows them held).
 /// Shutdown with a short grace requeues the interrupted one and every held one with
 /// attempts, lease-lost and throttled counters 0 and `run_at` unchanged; no task is left
-/// running, no held task's handler ever ran, and a later runtime runs every requeued task.
+/// running, no held task's handler ever ran, every handler that ran was acked, and a later
+/// runtime runs every requeued task.
 pub async fn w45_claimed_ahead_requeued_on_shutdown(factory: &dyn Factory) -> CaseResult {
     let world = World::new(factory).await?;
     let before = fill(&world).await?;
@@ -90,15 +91,21 @@ pub async fn w45_claimed_ahead_requeued_on_shutdown(factory: &dyn Factory) -> Ca
     let stopped = rt.shutdown(Duration::from_millis(300)).await;
     assert!(matches!(stopped, Err(Error::ShutdownTimedOut { interrupted: 1 })), "{stopped:?}");
     assert_eq!(client.stats("work").await?.claimed_ahead, 0, "nothing held after shutdown");
-    assert_eq!((fast.get(), slow.get()), (FAST as usize, 1), "no held task ran");
+    // Two claims may be in flight: one that skipped the fast tasks another held locked can
+    // land first with slow ones, so a few fast tasks may still be held when the one worker
+    // blocks. Those are returned like the slow ones; none of them ran.
+    let ran = fast.get();
+    assert_eq!(slow.get(), 1, "no held task ran");
+    assert!(ran > 0, "fast tasks ran before the blocking one");
     let all = client.list(&Filter { task_type: "work".into(), ..Filter::default() }).await?;
     assert_eq!(all.len(), TOTAL as usize);
-    let mut pending = 0;
+    let (mut pending, mut completed) = (0, 0);
     for t in &all {
         let (n, stored) = before.get(&t.id).ok_or_else(|| format!("unknown task {}", t.id))?;
         let n = *n;
-        if n < FAST {
-            assert_eq!(t.status, Status::Completed, "task {n}");
+        if t.status == Status::Completed {
+            assert!(n < FAST, "task {n}: only fast tasks completed");
+            completed += 1;
             continue;
         }
         pending += 1;
@@ -106,7 +113,8 @@ pub async fn w45_claimed_ahead_requeued_on_shutdown(factory: &dyn Factory) -> Ca
         assert_eq!((t.attempts, t.lease_lost, t.throttled), (0, 0, 0), "task {n}: counters");
         assert_eq!(t.run_at, stored.run_at, "task {n}: run_at unchanged");
     }
-    assert_eq!(pending, TOTAL - FAST);
+    assert_eq!(completed, ran, "every handler that ran was acked (the completer flushed)");
+    assert_eq!(pending, TOTAL as usize - ran);
     // A later runtime runs every returned task.
     let config = Config::new().queue("work", QueueConfig::workers(4));
     let rerun = world
