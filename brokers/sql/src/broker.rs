@@ -15,10 +15,11 @@ use taskgate::{
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
-use crate::core::{in_tx, Core, Tx, TxFail};
+use crate::core::{Core, Tx, TxFail};
 use crate::dialect::UniqueTarget;
 use crate::migrate::{migrate, Migration};
-use crate::ops::{ack, audit, claim, enqueue, finish, prune, read, reap, replay};
+use crate::ops::ack::{self, AckRun};
+use crate::ops::{audit, claim, enqueue, finish, prune, read, reap, replay};
 use crate::quota::Provider;
 use crate::resolve;
 use crate::{Adapter, Dialect, SqlConn};
@@ -197,14 +198,13 @@ impl SqlBroker {
                     false => claim::claim_autocommit(&core, &opts, &refs, max).await,
                 }
             } else {
-                in_tx!(&core, &opts, "dequeue", abandon = sender.closed(), |tx| async {
-                    // The wait for the writer lock can be long; a caller that gave up meanwhile
-                    // gets nothing claimed (instead of a claim that must be undone).
-                    if sender.is_closed() {
-                        return Ok(Vec::new());
-                    }
-                    claim::claim(&mut tx, &refs, max).await
-                })
+                // A caller that gave up while the claim waited for a connection (the writer
+                // lock, on SQLite) gets nothing claimed instead of a claim to undo.
+                (core.tx(&opts, "dequeue").abandon(&mut sender))
+                    .run(&(&refs[..], max), |tx, &(refs, max)| {
+                        Box::pin(claim::claim(tx, refs, max))
+                    })
+                    .await
             };
             if matches!(result, Err(TxFail::Abandoned)) {
                 return;
@@ -253,10 +253,6 @@ impl SqlBroker {
     }
 }
 
-/// What one ack transaction returns: each item's outcome, and the time it wrote as
-/// `finished_at` (when it completed any).
-type AckRun = (Vec<Result<()>>, Option<Timestamp>);
-
 /// Claimed tasks in transit to the caller; dropped undelivered, it requeues them.
 struct ClaimGuard {
     core: Arc<Core>,
@@ -281,7 +277,8 @@ impl Drop for ClaimGuard {
         let (core, opts) = (self.core.clone(), self.opts.clone());
         let inflight = self.inflight.take();
         let requeue = async move {
-            let _ = in_tx!(&core, &opts, "unclaim", |tx| claim::unclaim(&mut tx, &tasks));
+            let unclaim = core.tx(&opts, "unclaim");
+            let _ = unclaim.run(&tasks[..], |tx, tasks| Box::pin(claim::unclaim(tx, tasks))).await;
             drop(inflight);
         };
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -344,29 +341,11 @@ impl Broker for SqlBroker {
             Some(earlier) => (earlier.ids, earlier.attempts),
             None => (enqueue::assign_ids(tasks), Vec::new()),
         };
-        let done = in_tx!(&self.core, &opts, "enqueue_many", settle = &mut unknown, |tx| async {
-            // Runs of plain tasks (no key, no parents) go out as multi-row INSERTs; the
-            // others one by one, in batch order (a later task may depend on an earlier one).
-            let mut stored = Vec::with_capacity(tasks.len());
-            let mut run: Vec<(&Task, &str)> = Vec::new();
-            for (task, id) in tasks.iter().zip(&ids) {
-                if enqueue::is_plain(task) {
-                    run.push((task, id));
-                    continue;
-                }
-                if !run.is_empty() {
-                    let rows = enqueue::enqueue_plain(&mut tx, &run).await?;
-                    stored.extend(rows.into_iter().map(|r| r.task));
-                    run.clear();
-                }
-                stored.push(enqueue::enqueue(&mut tx, task, id).await?.task);
-            }
-            if !run.is_empty() {
-                let rows = enqueue::enqueue_plain(&mut tx, &run).await?;
-                stored.extend(rows.into_iter().map(|r| r.task));
-            }
-            Ok(stored)
-        });
+        let done = (self.core.tx(&opts, "enqueue_many").settle(&mut unknown))
+            .run(&(tasks, &ids[..]), |tx, &(tasks, ids)| {
+                Box::pin(enqueue::enqueue_many(tx, tasks, ids))
+            })
+            .await;
         match done {
             Ok(stored) => Ok(stored),
             Err(e) if !unknown.is_empty() => {
@@ -423,13 +402,11 @@ impl Broker for SqlBroker {
                 .map(|item| self.core.unresolved.take_ack(&item.id, &item.token))
                 .collect();
             let mut unknown = Vec::new();
-            let done = in_tx!(&self.core, &opts, "ack", settle = &mut unknown, |tx| async {
-                let outcomes = match returning {
-                    true => ack::ack_many(&mut tx, chunk).await?,
-                    false => finish::ack_many(&mut tx, chunk).await?,
-                };
-                Ok((outcomes, tx.known_now()))
-            });
+            let done = (self.core.tx(&opts, "ack").settle(&mut unknown))
+                .run(&(chunk, returning), |tx, &(chunk, returning)| {
+                    Box::pin(ack::ack_many(tx, chunk, returning))
+                })
+                .await;
             results.extend(self.settle_acks(&opts, chunk, earlier, unknown, done).await?);
         }
         let mut results = results.into_iter();
@@ -444,39 +421,46 @@ impl Broker for SqlBroker {
     async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_id(id)?;
-        let done =
-            in_tx!(&self.core, &opts, "fail", |tx| finish::fail(&mut tx, id, token, &failure));
+        let done = (self.core.tx(&opts, "fail"))
+            .run(&(id, token, &failure), |tx, &(id, token, failure)| {
+                Box::pin(finish::fail(tx, id, token, failure))
+            })
+            .await;
         done.map_err(|e| self.core.fail(e))
     }
 
     async fn cancel(&self, id: &str) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_id(id)?;
-        let done = in_tx!(&self.core, &opts, "cancel", |tx| finish::cancel(&mut tx, id));
+        let done =
+            self.core.tx(&opts, "cancel").run(id, |tx, id| Box::pin(finish::cancel(tx, id))).await;
         done.map_err(|e| self.core.fail(e))
     }
 
     async fn finish_canceled(&self, id: &str, token: &str) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_id(id)?;
-        let done = in_tx!(&self.core, &opts, "finish_canceled", |tx| {
-            finish::finish_canceled(&mut tx, id, token)
-        });
+        let done = (self.core.tx(&opts, "finish_canceled"))
+            .run(&(id, token), |tx, &(id, token)| Box::pin(finish::finish_canceled(tx, id, token)))
+            .await;
         done.map_err(|e| self.core.fail(e))
     }
 
     async fn requeue(&self, id: &str, token: &str) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_id(id)?;
-        let done = in_tx!(&self.core, &opts, "requeue", |tx| finish::requeue(&mut tx, id, token));
+        let done = (self.core.tx(&opts, "requeue"))
+            .run(&(id, token), |tx, &(id, token)| Box::pin(finish::requeue(tx, id, token)))
+            .await;
         done.map_err(|e| self.core.fail(e))
     }
 
     async fn heartbeat(&self, id: &str, token: &str) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_id(id)?;
-        let done =
-            in_tx!(&self.core, &opts, "heartbeat", |tx| finish::heartbeat(&mut tx, id, token));
+        let done = (self.core.tx(&opts, "heartbeat"))
+            .run(&(id, token), |tx, &(id, token)| Box::pin(finish::heartbeat(tx, id, token)))
+            .await;
         match done.map_err(|e| self.core.fail(e))? {
             true => Err(Error::Canceled { id: id.to_owned() }),
             false => Ok(()),
@@ -487,9 +471,11 @@ impl Broker for SqlBroker {
         let opts = self.opts()?;
         validate::validate_id(id)?;
         validate::validate_step(&step, &opts.limits)?;
-        let done = in_tx!(&self.core, &opts, "save_step", |tx| finish::save_step(
-            &mut tx, id, token, &step
-        ));
+        let done = (self.core.tx(&opts, "save_step"))
+            .run(&(id, token, &step), |tx, &(id, token, step)| {
+                Box::pin(finish::save_step(tx, id, token, step))
+            })
+            .await;
         match done.map_err(|e| self.core.fail(e))? {
             true => Err(Error::Canceled { id: id.to_owned() }),
             false => Ok(()),
@@ -505,7 +491,9 @@ impl Broker for SqlBroker {
     async fn replay(&self, request: ReplayRequest) -> Result<Task> {
         let opts = self.opts()?;
         validate::validate_replay_request(&request, &opts.limits)?;
-        let done = in_tx!(&self.core, &opts, "replay", |tx| replay::replay(&mut tx, &request));
+        let done = (self.core.tx(&opts, "replay"))
+            .run(&request, |tx, request| Box::pin(replay::replay(tx, request)))
+            .await;
         done.map_err(|e| match e {
             TxFail::Db(db)
                 if self.core.dialect.unique_violation(&db, &self.core.prefix).is_some() =>
@@ -524,7 +512,8 @@ impl Broker for SqlBroker {
     async fn resume(&self, id: &str) -> Result<Task> {
         let opts = self.opts()?;
         validate::validate_id(id)?;
-        let done = in_tx!(&self.core, &opts, "resume", |tx| replay::resume(&mut tx, id));
+        let done =
+            self.core.tx(&opts, "resume").run(id, |tx, id| Box::pin(replay::resume(tx, id))).await;
         done.map_err(|e| self.core.fail(e))
     }
 
@@ -545,27 +534,25 @@ impl Broker for SqlBroker {
 
     async fn reap_expired(&self) -> Result<u64> {
         let opts = self.opts()?;
-        let done = in_tx!(&self.core, &opts, "reap", |tx| async {
-            let handled = reap::reap_expired(&mut tx).await?;
-            reap::repair_blocked(&mut tx).await?;
-            Ok(handled)
-        });
+        let done = self.core.tx(&opts, "reap").run(&(), |tx, ()| Box::pin(reap::reap(tx))).await;
         done.map_err(|e| self.core.fail(e))
     }
 
     async fn pause_queue(&self, queue: &str) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_queue(queue)?;
-        let done =
-            in_tx!(&self.core, &opts, "pause_queue", |tx| finish::pause_queue(&mut tx, queue));
+        let done = (self.core.tx(&opts, "pause_queue"))
+            .run(queue, |tx, queue| Box::pin(finish::pause_queue(tx, queue)))
+            .await;
         done.map_err(|e| self.core.fail(e))
     }
 
     async fn resume_queue(&self, queue: &str) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_queue(queue)?;
-        let done =
-            in_tx!(&self.core, &opts, "resume_queue", |tx| finish::resume_queue(&mut tx, queue));
+        let done = (self.core.tx(&opts, "resume_queue"))
+            .run(queue, |tx, queue| Box::pin(finish::resume_queue(tx, queue)))
+            .await;
         done.map_err(|e| self.core.fail(e))
     }
 
@@ -581,9 +568,12 @@ impl Broker for SqlBroker {
         let mut budget = if request.limit == 0 { usize::MAX } else { request.limit };
         let mut first = true;
         while budget > 0 {
-            let done = in_tx!(&self.core, &opts, "prune", |tx| {
-                prune::prune_batch(&mut tx, &request, &statuses, budget, first)
-            });
+            let args = (&request, &statuses[..], budget, first);
+            let done = (self.core.tx(&opts, "prune"))
+                .run(&args, |tx, &(request, statuses, budget, first)| {
+                    Box::pin(prune::prune_batch(tx, request, statuses, budget, first))
+                })
+                .await;
             let n = done.map_err(|e| self.core.fail(e))?;
             first = false;
             total += n;
@@ -603,8 +593,11 @@ impl Broker for SqlBroker {
     async fn audited(&self, actor: &str, action: &AdminAction) -> Result<AdminOutcome> {
         let opts = self.opts()?;
         validate_action(actor, action, &opts.limits)?;
-        let done =
-            in_tx!(&self.core, &opts, "audited", |tx| audit::audited(&mut tx, actor, action));
+        let done = (self.core.tx(&opts, "audited"))
+            .run(&(actor, action), |tx, &(actor, action)| {
+                Box::pin(audit::audited(tx, actor, action))
+            })
+            .await;
         let error = match done {
             Ok(outcome) => return Ok(outcome),
             Err(TxFail::Db(db)) => match action {
@@ -621,9 +614,11 @@ impl Broker for SqlBroker {
         };
         if records_rejection(&error) {
             // The action's transaction rolled back; its rejection is recorded on its own.
-            let recorded = in_tx!(&self.core, &opts, "audit_rejected", |tx| {
-                audit::rejected(&mut tx, actor, action, &error)
-            });
+            let recorded = (self.core.tx(&opts, "audit_rejected"))
+                .run(&(actor, action, &error), |tx, &(actor, action, error)| {
+                    Box::pin(audit::rejected(tx, actor, action, error))
+                })
+                .await;
             recorded.map_err(|e| self.core.fail(e))?;
         }
         Err(error)

@@ -1,7 +1,9 @@
 //! The engine's shared state ([`Core`]), the per-transaction context ([`Tx`]) every operation
-//! runs on, and the transaction retry loop of contract §11.2 ([`in_tx!`]).
+//! runs on, and the transaction retry loop of contract §11.2 ([`TxRun`]).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -397,7 +399,7 @@ impl<'c> Tx<'c> {
     }
 }
 
-/// How one attempt of a write transaction ended (what `in_tx!` decides on).
+/// How one attempt of a write transaction ended (what [`TxRun::run`] decides on).
 pub(crate) enum Attempt<T> {
     /// Committed; the value, the Notify snapshots and whether waiters must be woken.
     Done(Settled<T>),
@@ -416,86 +418,90 @@ pub(crate) type Settled<T> = (T, Vec<Task>, bool);
 /// unknown.
 pub(crate) const RESOLVE_WINDOW: Duration = Duration::from_secs(5);
 
-/// Runs `$body` (an expression using `$tx: &mut Tx`) in a write transaction with the retry
-/// loop of contract §11.2: rollback and classify on a driver error, retry deadlocks at once
-/// (up to 5 attempts; lock-wait timeouts at most 2) after a real-time back-off, return
-/// contract errors as they are. Snapshots of a failed attempt are dropped; the last attempt's
-/// are published after commit, and waiters are woken. Evaluates to `Result<T, TxFail>`.
+/// A transaction body's future for one attempt: it borrows the transaction and the body's
+/// arguments for that attempt only.
+pub(crate) type TxFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, TxFail>> + Send + 'a>>;
+
+/// A caller that may go away while its write waits for a connection (a claimer whose
+/// `dequeue` was dropped): [`TxRun::abandon`] stops waiting when it leaves.
+pub(crate) trait Leaving: Send {
+    /// Completes when the caller has left.
+    fn left(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+    /// True when the caller has left.
+    fn has_left(&self) -> bool;
+}
+
+impl<M: Send> Leaving for tokio::sync::oneshot::Sender<M> {
+    fn left(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.closed())
+    }
+
+    fn has_left(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+/// One write transaction with the retry loop of contract §11.2, built by [`Core::tx`] and run
+/// by [`TxRun::run`]: rollback and classify on a driver error, retry deadlocks at once (up to
+/// 5 attempts; lock-wait timeouts at most 2) after a real-time back-off, return contract
+/// errors as they are. Snapshots of a failed attempt are dropped; the last attempt's are
+/// published after commit, and waiters are woken when the body called [`Tx::wake`].
 ///
 /// A COMMIT whose connection was lost ([`Dialect::is_connection_lost`]) may or may not have
 /// been applied. By default that ends the loop with [`TxFail::Unknown`]. With
-/// `settle = <&mut Vec<Settled<T>>>` the operation settles it instead (enqueue, ack): the
-/// attempt's would-be result is pushed to that list and the transaction runs again — its
-/// body must make a second run find out what the first did (the same IDs; a token check) —
-/// retrying lost connections for [`RESOLVE_WINDOW`] before it gives up with
-/// [`TxFail::Unknown`]. The caller compares the outcome with the list.
+/// [`TxRun::settle`] the operation settles it instead (enqueue, ack): the attempt's would-be
+/// result is pushed to the given list and the transaction runs again — its body must make a
+/// second run find out what the first did (the same IDs; a token check) — retrying lost
+/// connections for [`RESOLVE_WINDOW`] before it gives up with [`TxFail::Unknown`]. The
+/// caller compares the outcome with the list.
 ///
-/// With `abandon = <future>`, the wait for the writer ends with [`TxFail::Abandoned`] when
-/// that future completes first (a claimer whose caller went away leaves the queue; adapters'
-/// `begin` is cancel-safe).
-macro_rules! in_tx {
-    ($core:expr, $opts:expr, $op:expr, |$tx:ident| $body:expr) => {
-        $crate::core::in_tx!(
-            @run $core, $opts, $op, std::future::pending::<()>(),
-            None::<&mut Vec<$crate::core::Settled<_>>>, |$tx| $body
-        )
-    };
-    ($core:expr, $opts:expr, $op:expr, abandon = $gone:expr, |$tx:ident| $body:expr) => {
-        $crate::core::in_tx!(
-            @run $core, $opts, $op, $gone, None::<&mut Vec<$crate::core::Settled<_>>>, |$tx| $body
-        )
-    };
-    ($core:expr, $opts:expr, $op:expr, settle = $unknown:expr, |$tx:ident| $body:expr) => {
-        $crate::core::in_tx!(
-            @run $core, $opts, $op, std::future::pending::<()>(), Some($unknown), |$tx| $body
-        )
-    };
-    (@run $core:expr, $opts:expr, $op:expr, $gone:expr, $settle:expr, |$tx:ident| $body:expr) => {{
-        use $crate::core::{Attempt, TxFail};
-        let core: &$crate::core::Core = $core;
-        let opts: &taskgate::ResolvedOptions = $opts;
-        let mut settle = $settle;
+/// With [`TxRun::abandon`], the wait for a connection (the writer, on SQLite) ends with
+/// [`TxFail::Abandoned`] when the caller leaves first, and a caller that left while it waited
+/// gets nothing written (adapters' `begin` is cancel-safe).
+pub(crate) struct TxRun<'r, T> {
+    core: &'r Core,
+    opts: &'r ResolvedOptions,
+    op: &'static str,
+    settle: Option<&'r mut Vec<Settled<T>>>,
+    leaving: Option<&'r mut dyn Leaving>,
+}
+
+impl Core {
+    /// A write transaction named `op` (the name test hooks see) under `opts`.
+    pub(crate) fn tx<'r, T>(&'r self, opts: &'r ResolvedOptions, op: &'static str) -> TxRun<'r, T> {
+        TxRun { core: self, opts, op, settle: None, leaving: None }
+    }
+}
+
+impl<'r, T: Send> TxRun<'r, T> {
+    /// Settles a COMMIT of unknown outcome by running again; see [`TxRun`].
+    pub(crate) fn settle(mut self, unknown: &'r mut Vec<Settled<T>>) -> Self {
+        self.settle = Some(unknown);
+        self
+    }
+
+    /// Gives up when `caller` leaves before the transaction starts; see [`TxRun`].
+    pub(crate) fn abandon(mut self, caller: &'r mut dyn Leaving) -> Self {
+        self.leaving = Some(caller);
+        self
+    }
+
+    /// Runs `body(tx, args)` in the transaction until it commits or fails for good.
+    ///
+    /// The body borrows `args` (not its own captures) so that its future may hold them
+    /// across awaits; an `async` closure cannot be used here because its future cannot be
+    /// proven `Send` for every borrow of the transaction on stable Rust.
+    pub(crate) async fn run<A, F>(mut self, args: &A, mut body: F) -> Result<T, TxFail>
+    where
+        A: Sync + ?Sized,
+        F: for<'a, 'c> FnMut(&'a mut Tx<'c>, &'a A) -> TxFuture<'a, T> + Send,
+    {
+        let (core, opts) = (self.core, self.opts);
         let mut attempt: u32 = 0;
         let mut resolve_until: Option<std::time::Instant> = None;
         loop {
             attempt += 1;
-            let outcome = async {
-                let mut wtx = tokio::select! {
-                    biased;
-                    begun = core.adapter.begin() => match begun {
-                        Ok(wtx) => wtx,
-                        Err(e) => return Attempt::Failed(TxFail::Db(e)),
-                    },
-                    _ = $gone => return Attempt::Failed(TxFail::Abandoned),
-                };
-                let result = {
-                    let mut $tx = $crate::core::Tx::new(wtx.conn(), core, opts);
-                    match $body.await {
-                        Ok(value) => {
-                            let woke = $tx.woke;
-                            Ok((value, std::mem::take(&mut $tx.snapshots), woke))
-                        }
-                        Err(e) => Err(e),
-                    }
-                };
-                match result {
-                    Ok(done) => {
-                        core.run_before_commit_hook($op);
-                        match wtx.commit(done.2).await {
-                            Ok(()) => Attempt::Done(done),
-                            Err(e) if core.dialect.is_connection_lost(&e) => {
-                                Attempt::CommitUnknown(e, done)
-                            }
-                            Err(e) => Attempt::Failed(TxFail::Db(e)),
-                        }
-                    }
-                    Err(e) => {
-                        let _ = wtx.rollback().await;
-                        Attempt::Failed(e)
-                    }
-                }
-            }
-            .await;
+            let outcome = self.attempt(args, &mut body).await;
             match outcome {
                 Attempt::Done((value, snapshots, woke)) => {
                     if woke {
@@ -504,15 +510,14 @@ macro_rules! in_tx {
                     opts.notifier.publish(snapshots);
                     break Ok(value);
                 }
-                Attempt::CommitUnknown(e, done) => match settle.as_mut() {
+                Attempt::CommitUnknown(e, done) => match self.settle.as_mut() {
                     None => break Err(TxFail::Unknown(e)),
                     Some(unknown) => {
                         unknown.push(done);
-                        resolve_until.get_or_insert_with(|| {
-                            std::time::Instant::now() + $crate::core::RESOLVE_WINDOW
-                        });
+                        resolve_until
+                            .get_or_insert_with(|| std::time::Instant::now() + RESOLVE_WINDOW);
                         core.count_retry();
-                        tokio::time::sleep($crate::core::backoff(attempt)).await;
+                        tokio::time::sleep(backoff(attempt)).await;
                     }
                 },
                 Attempt::Failed(TxFail::Db(e))
@@ -524,18 +529,66 @@ macro_rules! in_tx {
                         break Err(TxFail::Unknown(e));
                     }
                     core.count_retry();
-                    tokio::time::sleep($crate::core::backoff(attempt)).await;
+                    tokio::time::sleep(backoff(attempt)).await;
                 }
                 Attempt::Failed(TxFail::Db(e)) if core.should_retry(&e, attempt) => {
-                    tokio::time::sleep($crate::core::backoff(attempt)).await;
+                    tokio::time::sleep(backoff(attempt)).await;
                 }
                 Attempt::Failed(e) => break Err(e),
             }
         }
-    }};
-}
+    }
 
-pub(crate) use in_tx;
+    /// One attempt: begin (or leave with the caller), run the body, commit or roll back.
+    async fn attempt<A, F>(&mut self, args: &A, body: &mut F) -> Attempt<T>
+    where
+        A: Sync + ?Sized,
+        F: for<'a, 'c> FnMut(&'a mut Tx<'c>, &'a A) -> TxFuture<'a, T> + Send,
+    {
+        let core = self.core;
+        let begun = match self.leaving.as_mut() {
+            None => core.adapter.begin().await,
+            Some(caller) => tokio::select! {
+                biased;
+                begun = core.adapter.begin() => begun,
+                () = caller.left() => return Attempt::Failed(TxFail::Abandoned),
+            },
+        };
+        let mut wtx = match begun {
+            Ok(wtx) => wtx,
+            Err(e) => return Attempt::Failed(TxFail::Db(e)),
+        };
+        // The wait for a connection can be long; a caller that left meanwhile gets nothing
+        // written (instead of a write that must be undone).
+        if self.leaving.as_ref().is_some_and(|caller| caller.has_left()) {
+            let _ = wtx.rollback().await;
+            return Attempt::Failed(TxFail::Abandoned);
+        }
+        let result = {
+            let mut tx = Tx::new(wtx.conn(), core, self.opts);
+            match body(&mut tx, args).await {
+                Ok(value) => Ok((value, std::mem::take(&mut tx.snapshots), tx.woke)),
+                Err(e) => Err(e),
+            }
+        };
+        match result {
+            Ok(done) => {
+                core.run_before_commit_hook(self.op);
+                match wtx.commit(done.2).await {
+                    Ok(()) => Attempt::Done(done),
+                    Err(e) if core.dialect.is_connection_lost(&e) => {
+                        Attempt::CommitUnknown(e, done)
+                    }
+                    Err(e) => Attempt::Failed(TxFail::Db(e)),
+                }
+            }
+            Err(e) => {
+                let _ = wtx.rollback().await;
+                Attempt::Failed(e)
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

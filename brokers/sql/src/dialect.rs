@@ -213,7 +213,7 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
     /// its connection was lost ([`Dialect::is_connection_lost`]) before the COMMIT was sent
     /// may be classified [`RetryClass::Immediate`]: the server rolled the transaction back.
     /// A COMMIT that failed that way never comes here (its outcome is unknown; the engine
-    /// settles it, see `in_tx!`).
+    /// settles it, see `TxRun`).
     fn retry_class(&self, error: &DbError) -> RetryClass;
 
     /// True when `error` means the connection itself is gone (a socket error; the server

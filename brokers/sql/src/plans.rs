@@ -5,7 +5,7 @@
 use taskgate::{id, Timestamp};
 
 use crate::dialect::{ClaimShape, TimeSource};
-use crate::ops::{ack, claim, finish, propagate, reap};
+use crate::ops::{ack, claim, propagate, reap};
 use crate::{SqlBroker, Value};
 
 /// One hot statement, ready for `EXPLAIN`.
@@ -82,15 +82,15 @@ impl SqlBroker {
                 HotStatement {
                     name: "ack_lock",
                     sql: if full {
-                        finish::ack_lock_sql(core, 1).to_string()
+                        ack::ack_lock_sql(core, 1).to_string()
                     } else {
-                        finish::ack_lock_slim_sql(core, 1).to_string()
+                        ack::ack_lock_slim_sql(core, 1).to_string()
                     },
                     args: vec![task.clone()],
                 },
                 HotStatement {
                     name: "ack_write",
-                    sql: finish::ack_complete_sql(core, 1, false).to_string(),
+                    sql: ack::ack_complete_sql(core, 1, false).to_string(),
                     args: vec![t.clone(), task.clone()],
                 },
             ]

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use taskgate::{Error, QuotaConfig, QuotaGate, QuotaProvider, Reservation, Result};
 
-use crate::core::{in_tx, Core, Tx, TxFail};
+use crate::core::{Core, Tx, TxFail};
 use crate::dialect::QuotaShape;
 use crate::value::Cols;
 use crate::{Kind, Value};
@@ -106,8 +106,11 @@ impl SqlQuotaGate {
         }
         let sql = self.core.sql("DELETE FROM {quota} WHERE qkey = ? AND win < ?");
         let args = [Value::from(&self.key), Value::Int(window - 2 * self.period)];
-        let _: std::result::Result<u64, TxFail> =
-            in_tx!(&self.core, opts, "quota_cleanup", |tx| { tx.exec(&sql, &args) });
+        let _: std::result::Result<u64, TxFail> = self
+            .core
+            .tx(opts, "quota_cleanup")
+            .run(&(&*sql, &args[..]), |tx, &(sql, args)| Box::pin(tx.exec(sql, args)))
+            .await;
     }
 }
 
@@ -115,7 +118,11 @@ impl SqlQuotaGate {
 impl QuotaGate for SqlQuotaGate {
     async fn reserve(&self) -> Result<Option<Reservation>> {
         let opts = self.core.life.options()?;
-        let won = in_tx!(&self.core, &opts, "quota_reserve", |tx| self.reserve_tx(&mut tx));
+        let won = self
+            .core
+            .tx(&opts, "quota_reserve")
+            .run(self, |tx, gate| Box::pin(gate.reserve_tx(tx)))
+            .await;
         let window = won.map_err(|e| self.core.fail(e))?;
         if let Some(window) = window {
             self.cleanup(&opts, window).await;
@@ -129,7 +136,9 @@ impl QuotaGate for SqlQuotaGate {
             .core
             .sql("UPDATE {quota} SET used = used - 1 WHERE qkey = ? AND win = ? AND used > 0");
         let args = [Value::from(&self.key), Value::Int(reservation.window)];
-        let done = in_tx!(&self.core, &opts, "quota_release", |tx| tx.exec(&sql, &args));
+        let done = (self.core.tx(&opts, "quota_release"))
+            .run(&(&*sql, &args[..]), |tx, &(sql, args)| Box::pin(tx.exec(sql, args)))
+            .await;
         done.map(|_| ()).map_err(|e| self.core.fail(e))
     }
 }

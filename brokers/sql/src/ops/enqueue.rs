@@ -24,6 +24,36 @@ pub(crate) fn assign_ids(tasks: &[Task]) -> Vec<String> {
     tasks.iter().map(|t| if t.id.is_empty() { id::new_ulid() } else { t.id.clone() }).collect()
 }
 
+/// Stores a validated batch under the IDs it was assigned ([`assign_ids`]) and returns the
+/// stored tasks in batch order: runs of [plain](is_plain) tasks (no key, no parents) go out
+/// as multi-row `INSERT`s ([`enqueue_plain`]), the others one by one ([`enqueue`]) in batch
+/// order (a later task may depend on an earlier one).
+pub(crate) async fn enqueue_many(
+    tx: &mut Tx<'_>,
+    tasks: &[Task],
+    ids: &[String],
+) -> Result<Vec<Task>, TxFail> {
+    let mut stored = Vec::with_capacity(tasks.len());
+    let mut run: Vec<(&Task, &str)> = Vec::new();
+    for (task, id) in tasks.iter().zip(ids) {
+        if is_plain(task) {
+            run.push((task, id));
+            continue;
+        }
+        if !run.is_empty() {
+            let rows = enqueue_plain(tx, &run).await?;
+            stored.extend(rows.into_iter().map(|r| r.task));
+            run.clear();
+        }
+        stored.push(enqueue(tx, task, id).await?.task);
+    }
+    if !run.is_empty() {
+        let rows = enqueue_plain(tx, &run).await?;
+        stored.extend(rows.into_iter().map(|r| r.task));
+    }
+    Ok(stored)
+}
+
 /// Stores a run of validated [plain](is_plain) tasks, each with the ID it was assigned
 /// ([`assign_ids`]), with one multi-row `INSERT` per chunk (below the dialect's
 /// bind-parameter limit) and returns the stored rows in order.

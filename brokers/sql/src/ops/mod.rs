@@ -217,7 +217,7 @@ pub(crate) fn check_token(id: &str, row: Option<&TaskRow>, token: &str) -> Resul
 
 /// Puts a task into a terminal status with the fixed bookkeeping: `finished_at = now`, lease
 /// and token cleared, cancel request cleared.
-pub(crate) fn finish(row: &mut TaskRow, status: Status, now: Timestamp) -> Result<(), Error> {
+pub(crate) fn finalize(row: &mut TaskRow, status: Status, now: Timestamp) -> Result<(), Error> {
     taskgate::transition(row.task.status, status)?;
     let t = &mut row.task;
     t.status = status;

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use taskgate::decide::{decide_on_parent_final, texts, ChildAction};
 use taskgate::Status;
 
-use super::{finish, lock_tasks, write_row, Also};
+use super::{finalize, lock_tasks, write_row, Also};
 use crate::core::{Tx, TxFail};
 use crate::{Kind, Value};
 
@@ -48,7 +48,7 @@ pub(crate) async fn propagate(
                 }
                 ChildAction::Cancel => {
                     let now = tx.now().await?;
-                    finish(&mut child, Status::Canceled, now)?;
+                    finalize(&mut child, Status::Canceled, now)?;
                     child.task.last_error = texts::parent_final(&parent, status);
                     tx.snapshot(&child.task);
                     queue.push_back((child.task.id.clone(), Status::Canceled));

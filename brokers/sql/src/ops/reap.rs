@@ -10,7 +10,7 @@ use taskgate::Status;
 
 use super::propagate::propagate;
 use super::replay::rearm_edges;
-use super::{decode_all, finish, lock_statuses_skip, release, write_row, Also};
+use super::{decode_all, finalize, lock_statuses_skip, release, write_row, Also};
 use crate::core::{Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_KINDS};
@@ -29,6 +29,14 @@ pub(crate) const BLOCKED_SQL: &str =
 /// Blocked tasks repaired per round of locks.
 const REPAIR_CHUNK: usize = 200;
 
+/// One reaper pass (contract §6): expired leases handled, then blocked tasks whose parents
+/// all finished repaired. Returns how many expired leases were handled.
+pub(crate) async fn reap(tx: &mut Tx<'_>) -> Result<u64, TxFail> {
+    let handled = reap_expired(tx).await?;
+    repair_blocked(tx).await?;
+    Ok(handled)
+}
+
 /// Steps 0 and 1: returns how many expired leases were handled.
 pub(crate) async fn reap_expired(tx: &mut Tx<'_>) -> Result<u64, TxFail> {
     let now = tx.now().await?;
@@ -41,11 +49,11 @@ pub(crate) async fn reap_expired(tx: &mut Tx<'_>) -> Result<u64, TxFail> {
         let t = &row.task;
         match reap_outcome(t.cancel_requested, t.lease_lost, tx.opts.lease_lost_max) {
             ReapOutcome::Canceled => {
-                finish(&mut row, Status::Canceled, now)?;
+                finalize(&mut row, Status::Canceled, now)?;
                 row.task.last_error = texts::CANCELED.to_owned();
             }
             ReapOutcome::Failed { lease_lost, last_error } => {
-                finish(&mut row, Status::Failed, now)?;
+                finalize(&mut row, Status::Failed, now)?;
                 row.task.lease_lost = lease_lost;
                 row.task.last_error = last_error;
             }
@@ -131,7 +139,7 @@ async fn repair_one(
         }
         SubmitDecision::Canceled { last_error } => {
             let now = tx.now().await?;
-            finish(&mut row, Status::Canceled, now)?;
+            finalize(&mut row, Status::Canceled, now)?;
             row.task.last_error = last_error;
             tx.snapshot(&row.task);
         }
