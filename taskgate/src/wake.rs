@@ -71,9 +71,23 @@ pub enum Probe {
     },
 }
 
+/// Why a waiting claimer looks for work (the argument of [`wait_for_work`]'s probe).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// The first look of a `dequeue` call.
+    First,
+    /// A write of this process (or, where the backend listens, of another) made work
+    /// claimable since the last look: claiming straight away is likely to succeed.
+    Woken,
+    /// A due time or the poll interval passed.
+    Timer,
+}
+
 /// The waiting loop of `dequeue`: probe, and while nothing is ready wait for the first of an
 /// in-process wake, the next due time on `clock`, a real-time `poll` (other processes' writes),
-/// or the broker closing (then `Closed`). The probe should itself check the lifecycle.
+/// or the broker closing (then `Closed`). The probe should itself check the lifecycle; it is
+/// told why it looks ([`Look`]), so a backend may claim at once after a wake-up instead of
+/// looking first.
 pub async fn wait_for_work<F, Fut>(
     hub: &WakeHub,
     life: &Lifecycle,
@@ -82,16 +96,17 @@ pub async fn wait_for_work<F, Fut>(
     mut probe: F,
 ) -> Result<Vec<Task>>
 where
-    F: FnMut() -> Fut + Send,
+    F: FnMut(Look) -> Fut + Send,
     Fut: Future<Output = Result<Probe>> + Send,
 {
     let mut closed = life.closed_tx.subscribe();
+    let mut look = Look::First;
     loop {
         if *closed.borrow_and_update() {
             return Err(Error::Closed);
         }
         let mut listener = hub.listener();
-        let next_due_in = match probe().await {
+        let next_due_in = match probe(look).await {
             Ok(Probe::Claimed(tasks)) if !tasks.is_empty() => return Ok(tasks),
             Ok(Probe::Claimed(_)) => None,
             Ok(Probe::Idle { next_due_in }) => next_due_in,
@@ -112,12 +127,12 @@ where
                 None => futures::future::pending().await,
             }
         };
-        tokio::select! {
-            _ = listener.changed() => {}
-            _ = due => {}
-            _ = polled => {}
-            _ = closed.changed() => {}
-        }
+        look = tokio::select! {
+            _ = listener.changed() => Look::Woken,
+            _ = due => Look::Timer,
+            _ = polled => Look::Timer,
+            _ = closed.changed() => Look::Timer,
+        };
     }
 }
 
@@ -197,7 +212,9 @@ mod tests {
         let life = Lifecycle::new();
         let clock = ManualClock::at_contract_epoch();
         let probes = AtomicUsize::new(0);
-        let got = wait_for_work(&hub, &life, &clock, None, || {
+        let looks = std::sync::Mutex::new(Vec::new());
+        let got = wait_for_work(&hub, &life, &clock, None, |look| {
+            looks.lock().unwrap().push(look);
             let n = probes.fetch_add(1, Ordering::SeqCst);
             let hub = hub.clone();
             async move {
@@ -211,6 +228,7 @@ mod tests {
         })
         .await;
         assert_eq!(got.map(|t| t.len()).ok(), Some(1));
+        assert_eq!(*looks.lock().unwrap(), vec![Look::First, Look::Woken]);
     }
 
     #[tokio::test]
@@ -220,7 +238,7 @@ mod tests {
         let clock = ManualClock::at_contract_epoch();
         let closer = life.clone();
         let waiter = async {
-            wait_for_work(&hub, &life, &clock, None, || async {
+            wait_for_work(&hub, &life, &clock, None, |_| async {
                 Ok(Probe::Idle { next_due_in: None })
             })
             .await
@@ -237,14 +255,14 @@ mod tests {
         let hub = WakeHub::new();
         let life = Lifecycle::new();
         let clock = ManualClock::at_contract_epoch();
-        let res = wait_for_work(&hub, &life, &clock, None, || async {
+        let res = wait_for_work(&hub, &life, &clock, None, |_| async {
             life.close(); // the pool closes under the probe
             Err(Error::backend("test", "pool closed"))
         })
         .await;
         assert_eq!(res.err().map(|e| e.kind()), Some(crate::ErrorKind::Closed));
         let open = Lifecycle::new();
-        let res = wait_for_work(&hub, &open, &clock, None, || async {
+        let res = wait_for_work(&hub, &open, &clock, None, |_| async {
             Err(Error::backend("test", "disk full"))
         })
         .await;

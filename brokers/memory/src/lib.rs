@@ -174,7 +174,7 @@ impl Broker for MemoryBroker {
         validate_claim(queues, max)?;
         let queues = queues.to_vec();
         let hub = &self.inner.store.hub;
-        let probe = || std::future::ready(self.probe(&queues, max));
+        let probe = |_| std::future::ready(self.probe(&queues, max));
         wait_for_work(hub, &self.inner.life, &*clock, None, probe).await
     }
 
