@@ -1,8 +1,9 @@
-//! The performance targets of issues 7 and 16 and where a report's numbers stand against them.
+//! The performance targets of issues 7, 13 and 16 and where a report's numbers stand against them.
 //! Checked and reported, never asserted: a missed target is a finding, not a failure.
 
 use crate::backend::Backend;
-use crate::report::{ClaimCell, Report, RuntimeCell, RuntimeWork};
+use crate::report::{ClaimCell, Report, RuntimeCell, RuntimeWork, SoakCell};
+use crate::soak::{FLATNESS_LIMIT, SIZE_GROWTH_LIMIT};
 use crate::stats::{ms, rate};
 
 /// Where a number stands against its target.
@@ -312,6 +313,33 @@ pub fn runtime_targets(r: &Report) -> Vec<Target> {
     out
 }
 
+/// The soak's target on one backend (issue 13, sustained load without bloat; the definition
+/// is [`crate::soak::Bounded`]).
+pub fn soak_target(c: &SoakCell) -> Target {
+    let secs = c.spec.duration.as_secs_f64();
+    let length =
+        if secs >= 120.0 { format!("{:.0} min", secs / 60.0) } else { format!("{secs:.0} s") };
+    let bounded = c.summary().map(|s| s.bounded);
+    let times = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("×{v:.2}"));
+    let measured = match (&c.samples, bounded) {
+        (Err(e), _) => format!("failed: {}", e.lines().next().unwrap_or_default()),
+        (Ok(_), Some(b)) => {
+            let dead = b.dead_growth.map_or(String::new(), |d| format!(", dead tuples ×{d:.2}"));
+            format!("size {}{dead}, p99 {}", times(b.size_growth), times(b.flatness))
+        }
+        (Ok(_), None) => "not run".to_owned(),
+    };
+    Target {
+        scenario: format!("Soak: {}, {}/s for {length} with pruning", c.backend, c.spec.rate),
+        goal: format!(
+            "bounded: size (and PostgreSQL dead tuples) in the last third ≤ {SIZE_GROWTH_LIMIT} × \
+             the middle third's max; p99 pickup last window ≤ {FLATNESS_LIMIT} × first"
+        ),
+        measured,
+        standing: Standing::of(bounded.and_then(|b| b.holds())),
+    }
+}
+
 /// Every target, in the issue's order.
 pub fn evaluate(r: &Report) -> Vec<Target> {
     let mut out =
@@ -330,5 +358,6 @@ pub fn evaluate(r: &Report) -> Vec<Target> {
     if !r.runtime.is_empty() || !r.runtime_pickups.is_empty() {
         out.extend(runtime_targets(r));
     }
+    out.extend(r.soaks.iter().map(soak_target));
     out
 }
