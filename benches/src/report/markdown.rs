@@ -582,7 +582,8 @@ fn reproduce(out: &mut String) {
         "## Reproduce\n\n```sh\n\
          export TASKGATE_PG_URL=postgres://postgres@127.0.0.1:5432/test      # optional\n\
          export TASKGATE_MYSQL_URL=mysql://root@127.0.0.1:3306/test          # optional\n\
-         cargo run -p benches --release --bin report                         # this page (~10 min)\n\
+         cargo run -p benches --release --bin report                         # this page (~25 min)\n\
+         cargo run -p benches --release --bin report -- --long               # with 30-minute soaks\n\
          cargo bench -p benches                                              # criterion benches\n\
          cargo bench -p benches -- --test                                    # each bench once (CI)\n\
          cargo run -p benches --release --bin report -- --cell postgres,1,16,1  # one cell, to profile\n\
@@ -590,8 +591,9 @@ fn reproduce(out: &mut String) {
          ```\n\n\
          Backends whose URL is unset are skipped with a message. `report --help` lists the \
          options (cell length, backends, output directory). The report writes \
-         `target/performance/performance.{{md,svg}}`, copies them to `docs/` and rewrites the \
-         README's performance section."
+         `target/performance/performance.{{md,svg}}` and `soak.svg`, copies them to `docs/` and \
+         rewrites the README's performance section. The whole page takes about 10 minutes plus \
+         a 5-minute soak per SQL backend (`--long`: 30 minutes each)."
     );
 }
 
