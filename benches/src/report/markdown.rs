@@ -474,7 +474,8 @@ pub fn soak_section(r: &Report, chart: &str, h: &str) -> String {
         "\nChecks: samples are cut by index into thirds (the remainder goes to the last); \
          *growth* = the largest value in the last third ÷ the largest in the middle third, \
          bounded at ≤ {SIZE_GROWTH_LIMIT} (size in bytes, or tasks held where no size is \
-         measured; PostgreSQL's dead tuples too); *flatness* = the p99 pickup of the last \
+         measured; PostgreSQL's dead tuples too; a measure growing linearly from zero scores \
+         1.5, one that levels off about 1); *flatness* = the p99 pickup of the last \
          window that claimed anything ÷ that of the first, flat at ≤ {FLATNESS_LIMIT}. Size: {}. \
          `n_dead_tup` is the statistics collector's figure (flushed about once a second, reset \
          by autovacuum), and InnoDB's `data_length` follows its persistent statistics, \
