@@ -274,6 +274,17 @@ impl Bed {
         format!("{}tasks", self.prefix)
     }
 
+    /// Every table of the bed (the backend's migrations under the bed's prefix; none for
+    /// memory).
+    pub fn tables(&self) -> Vec<String> {
+        self.engine.as_ref().map_or_else(Vec::new, SqlBroker::tables)
+    }
+
+    /// The SQLite database file (its WAL is the same path with `-wal` appended).
+    pub fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        self.sqlite_dir.as_ref().map(|dir| dir.path().join("tasks.db"))
+    }
+
     /// Transactions the engine retried after deadlocks or lock timeouts (0 for memory).
     pub fn tx_retries(&self) -> u64 {
         self.engine.as_ref().map_or(0, SqlBroker::tx_retries)

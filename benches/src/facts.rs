@@ -108,6 +108,8 @@ async fn pg_settings(pool: &sqlx::PgPool) -> Result<Vec<(String, String)>> {
         "full_page_writes",
         "shared_buffers",
         "max_connections",
+        "autovacuum",
+        "autovacuum_naptime",
     ] {
         let value: String = sqlx::query_scalar(&format!("SHOW {name}")).fetch_one(pool).await?;
         out.push((name.to_owned(), value));

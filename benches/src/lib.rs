@@ -14,6 +14,8 @@
 //!   claimer; [`facts`] reads the machine and the database servers' versions and settings.
 //! * [`runtime`](mod@runtime) runs the worker runtime (`taskgate-worker`) end to end: draining a backlog,
 //!   steady producers, and an idle worker's pickup latency.
+//! * [`soak`] keeps producers and claimers at a fixed rate with pruning on for minutes and
+//!   samples latency, backlog and the storage's size (sustained load without bloat).
 //! * [`report`] renders the Markdown table and the SVG chart.
 //!
 //! Numbers are measured here, never asserted: targets are checked and reported by the report.
@@ -27,6 +29,7 @@ pub mod produce;
 pub mod raw;
 pub mod report;
 pub mod runtime;
+pub mod soak;
 pub mod stats;
 
 pub use taskgate::BoxError;

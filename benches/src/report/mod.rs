@@ -1,6 +1,6 @@
-//! The report's data (what was measured, on what) and its two renderings: a Markdown page
-//! ([`markdown`]) and an SVG chart of throughput against claimers ([`svg`]); [`targets`]
-//! checks each number against the goal it has.
+//! The report's data (what was measured, on what) and its renderings: a Markdown page
+//! ([`markdown`]) and SVG charts ([`svg`]: throughput against claimers, and the soak's curves
+//! over time); [`targets`] checks each number against the goal it has.
 
 pub mod markdown;
 pub mod svg;
@@ -11,6 +11,7 @@ use crate::drive::Spec;
 use crate::facts::Machine;
 use crate::produce::Producers;
 use crate::runtime::{RtOutcome, RtSpec};
+use crate::soak::{Sample, SoakSpec, Summary};
 use crate::stats::Percentiles;
 
 /// One measured claim+ack run (broker or raw).
@@ -180,6 +181,24 @@ pub struct RuntimePickupCell {
     pub latency: Result<Percentiles, String>,
 }
 
+/// One soak run (sustained load with pruning, issue 13).
+#[derive(Clone, Debug)]
+pub struct SoakCell {
+    /// The backend.
+    pub backend: Backend,
+    /// Rate, duration, windows, pruning.
+    pub spec: SoakSpec,
+    /// The samples, or why the run failed.
+    pub samples: Result<Vec<Sample>, String>,
+}
+
+impl SoakCell {
+    /// The run condensed, if it ran.
+    pub fn summary(&self) -> Option<Summary> {
+        self.samples.as_ref().ok().map(|s| Summary::of(s))
+    }
+}
+
 /// A database's settings as read from it.
 #[derive(Clone, Debug)]
 pub struct Database {
@@ -222,6 +241,8 @@ pub struct Report {
     pub runtime: Vec<RuntimeCell>,
     /// The worker runtime's pickup latency.
     pub runtime_pickups: Vec<RuntimePickupCell>,
+    /// Sustained load with pruning, per backend.
+    pub soaks: Vec<SoakCell>,
     /// Hand-written findings appended to the page (`benches/report-notes.md`).
     pub notes: String,
 }

@@ -1,7 +1,7 @@
 //! `report`: runs a short fixed version of the benchmark matrix on every available backend —
 //! and, in the same run, the raw-SQL ceiling for the same work — then writes
-//! `performance.md` and `performance.svg` under `target/performance/` and copies them to
-//! `docs/`. `cargo run -p benches --release --bin report -- --help` lists the options.
+//! `performance.md`, `performance.svg` and `soak.svg` under `target/performance/` and copies
+//! them to `docs/`. `cargo run -p benches --release --bin report -- --help` lists the options.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +39,12 @@ OPTIONS:
                        4×100, SQLite 1×100, MySQL 4×100): broker and raw ceiling back to back,
                        alternating, --rounds times; prints each run and the median ratios
   --rounds <N>         rounds of --pairs (default 3)
+  --long               the long mode: each backend's soak runs 30 minutes instead of 5
+  --soak-secs <S>      seconds each backend's soak runs (default 300; --quick: 5)
+  --soak-rate <R>      jobs per second the soak's producer enqueues (default 500)
+  --soak-only          only the soak (sustained load with pruning: PostgreSQL, SQLite, MySQL
+                       and memory) on the selected backends; writes soak.md and soak.svg in the
+                       output directory and leaves docs/ and README.md alone
   --raw-ids-only       raw ceilings claim IDs alone instead of every task column (the ceiling
                        of reports before issue 13's fair comparison; for comparing with them)
   -h, --help           this text
@@ -56,6 +62,7 @@ struct Args {
     docs: bool,
     wait_quiet: bool,
     runtime_only: bool,
+    soak_only: bool,
 }
 
 fn workspace_root() -> PathBuf {
@@ -80,7 +87,9 @@ fn parse_args() -> Result<Option<Args>> {
         docs: true,
         wait_quiet: false,
         runtime_only: false,
+        soak_only: false,
     };
+    let mut soak = None;
     let mut it = std::env::args().skip(1).peekable();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
@@ -107,6 +116,15 @@ fn parse_args() -> Result<Option<Args>> {
                 args.runtime_only = true;
                 args.docs = false;
             }
+            "--long" => soak = soak.or(Some(Plan::SOAK_LONG)),
+            "--soak-secs" => {
+                soak = Some(Duration::from_secs_f64(value("--soak-secs")?.parse()?));
+            }
+            "--soak-rate" => args.plan.soak_rate = value("--soak-rate")?.parse()?,
+            "--soak-only" => {
+                args.soak_only = true;
+                args.docs = false;
+            }
             "--cell" => args.cell = Some(parse_cell(&value("--cell")?)?),
             "--rounds" => args.rounds = value("--rounds")?.parse()?,
             "--raw-ids-only" => benches::raw::set_ids_only(true),
@@ -124,6 +142,12 @@ fn parse_args() -> Result<Option<Args>> {
             }
             other => return Err(format!("unknown argument {other:?} (try --help)").into()),
         }
+    }
+    if let Some(soak) = soak {
+        args.plan.soak = soak;
+    }
+    if args.plan.soak.is_zero() || args.plan.soak_rate == 0 {
+        return Err("--soak-secs and --soak-rate must be above zero".into());
     }
     Ok(Some(args))
 }
@@ -194,9 +218,12 @@ async fn report(args: Args) -> Result<()> {
         ..Report::default()
     };
     for backend in backends {
-        match args.runtime_only {
-            true => run::runtime_only(&env, backend, &args.plan, &mut report).await,
-            false => run::backend(&env, backend, &args.plan, &mut report).await,
+        if args.soak_only {
+            run::soak(&env, backend, &args.plan, &mut report).await;
+        } else if args.runtime_only {
+            run::runtime_only(&env, backend, &args.plan, &mut report).await;
+        } else {
+            run::backend(&env, backend, &args.plan, &mut report).await;
         }
     }
     report.load = (load_start, benches::facts::load_average());
@@ -223,6 +250,15 @@ fn write(report: &Report, args: &Args) -> Result<()> {
         print!("{md}");
         return Ok(());
     }
+    let soak_chart = svg::render_soak(report);
+    std::fs::write(args.out.join(svg::SOAK_CHART), &soak_chart)?;
+    if args.soak_only {
+        let md = markdown::render_soak_only(report, svg::SOAK_CHART);
+        std::fs::write(args.out.join("soak.md"), &md)?;
+        eprintln!("report: wrote {}", args.out.join("soak.md").display());
+        print!("{md}");
+        return Ok(());
+    }
     let md = markdown::render(report, "performance.svg");
     let chart = svg::render(report);
     std::fs::write(args.out.join("performance.md"), &md)?;
@@ -232,6 +268,7 @@ fn write(report: &Report, args: &Args) -> Result<()> {
         let docs = workspace_root().join("docs");
         std::fs::write(docs.join("performance.md"), &md)?;
         std::fs::write(docs.join("performance.svg"), &chart)?;
+        std::fs::write(docs.join(svg::SOAK_CHART), &soak_chart)?;
         eprintln!("report: copied to {}", docs.display());
         let readme_path = workspace_root().join("README.md");
         let readme = std::fs::read_to_string(&readme_path)?;

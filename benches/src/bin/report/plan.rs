@@ -29,10 +29,15 @@ pub(crate) struct Plan {
     pub(crate) runtime_limit: Duration,
     /// The steady-state producers' window.
     pub(crate) runtime_window: Duration,
+    /// How long each backend's soak runs (sustained load with pruning).
+    pub(crate) soak: Duration,
+    /// The soak's producer rate, jobs per second.
+    pub(crate) soak_rate: u32,
 }
 
 impl Plan {
-    /// The report's matrix (about 10 minutes with every backend on a 2-core machine).
+    /// The report's matrix (about 10 minutes with every backend on a 2-core machine, plus a
+    /// 5-minute soak per SQL backend).
     pub(crate) fn full() -> Plan {
         Plan {
             cell: Duration::from_millis(1_250),
@@ -46,6 +51,8 @@ impl Plan {
             runtime_backlog: benches::runtime::BACKLOG,
             runtime_limit: Duration::from_secs(8),
             runtime_window: Duration::from_secs(3),
+            soak: Self::SOAK_SHORT,
+            soak_rate: benches::soak::RATE,
         }
     }
 
@@ -63,8 +70,15 @@ impl Plan {
             runtime_backlog: 2_000,
             runtime_limit: Duration::from_secs(2),
             runtime_window: Duration::from_millis(500),
+            soak: Duration::from_secs(5),
+            soak_rate: benches::soak::RATE,
         }
     }
+
+    /// The soak of the report's short (default) mode: 5 minutes per backend.
+    pub(crate) const SOAK_SHORT: Duration = Duration::from_secs(300);
+    /// The soak of the report's long mode (`--long`): 30 minutes per backend.
+    pub(crate) const SOAK_LONG: Duration = Duration::from_secs(1_800);
 
     /// A first guess of the rate of `backend` at `batch`, to size the first backlog; later
     /// cells use the measured rate of the previous one.

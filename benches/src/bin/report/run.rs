@@ -1,5 +1,6 @@
 //! Running the report's matrix on one backend: claim cells (broker and raw ceiling), enqueue,
-//! pickup, the end-to-end pipeline and degradation, each on fresh storage.
+//! pickup, the end-to-end pipeline, degradation, the worker runtime and the soak, each on fresh
+//! storage.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -10,9 +11,10 @@ use benches::facts::{database_settings, write_transactions};
 use benches::produce::{self, Producers};
 use benches::report::{
     ClaimCell, Database, DegradeCell, EnqueueCell, Measured, PickupCell, PipelineCell, Report,
-    RuntimeCell, RuntimePickupCell, RuntimeWork,
+    RuntimeCell, RuntimePickupCell, RuntimeWork, SoakCell,
 };
 use benches::runtime::{RtOutcome, RtSpec, QUEUE as RT_QUEUE};
+use benches::soak::{self as soaking, Sample, SoakSpec};
 use benches::stats::{percentiles, rate};
 use benches::{fill, pickup, raw, Result};
 
@@ -40,6 +42,47 @@ pub(crate) async fn backend(env: &Env, backend: Backend, plan: &Plan, report: &m
         degradations(env, backend, plan, report).await;
     }
     runtime(env, backend, plan, report).await;
+    if backend.is_sql() {
+        soak_cell(env, backend, plan, report).await;
+    }
+}
+
+/// The `--soak-only` run on `backend`: its settings, then the soak.
+pub(crate) async fn soak(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    settings(env, backend, report).await;
+    soak_cell(env, backend, plan, report).await;
+}
+
+/// The soak of `plan` on fresh storage, printing every sample as it is taken.
+async fn soak_cell(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+    let spec = SoakSpec::new(plan.soak_rate, plan.soak);
+    eprintln!("  {backend} soak: {}", spec.label());
+    let progress = |s: &Sample| {
+        eprintln!(
+            "  {backend} soak {:>6.0} s: {} done/s, p99 {} ms, backlog {}, rows {}, size {}, dead {}",
+            s.at.as_secs_f64(),
+            rate(s.rate),
+            benches::stats::ms(s.pickup.p99),
+            s.backlog,
+            s.rows,
+            s.size_bytes.map_or("—".to_owned(), |b| b.to_string()),
+            s.dead_rows.map_or("—".to_owned(), |d| d.to_string())
+        );
+    };
+    let samples = async {
+        let bed = Bed::open(env, backend, sessions(spec.claimers + 2)).await?;
+        let samples = soaking::run(&bed, spec, progress).await;
+        let closed = bed.close().await;
+        let samples = samples?;
+        closed?;
+        Ok::<_, benches::BoxError>(samples)
+    }
+    .await
+    .map_err(|e| e.to_string());
+    if let Err(e) = &samples {
+        eprintln!("  {backend} soak: failed: {e}");
+    }
+    report.soaks.push(SoakCell { backend, spec, samples });
 }
 
 /// The `--runtime-only` run on `backend`: the broker's reference cells (one queue, 16
