@@ -14,9 +14,10 @@ impl Txn<'_> {
     /// Claims up to `max` ready tasks from `queues` in global `(priority, run_at, id)` order.
     pub(crate) fn claim(&mut self, queues: &[&str], max: usize) -> Result<Vec<Task>> {
         let mut claimed = Vec::with_capacity(max.min(self.claimable_len(queues)));
+        let mut tokens = Tokens::default();
         while claimed.len() < max {
             let Some((_, run_at, key)) = self.next_ready(queues) else { break };
-            claimed.push(self.claim_one(&key, Timestamp::from_millis(run_at))?);
+            claimed.push(self.claim_one(&key, Timestamp::from_millis(run_at), &mut tokens)?);
         }
         Ok(claimed)
     }
@@ -50,11 +51,11 @@ impl Txn<'_> {
     }
 
     /// Moves one ready task to `running` under a fresh lease and returns its snapshot.
-    fn claim_one(&mut self, key: &str, run_at: Timestamp) -> Result<Task> {
+    fn claim_one(&mut self, key: &str, run_at: Timestamp, tokens: &mut Tokens) -> Result<Task> {
         let (now, opts) = (self.now, self.opts);
         let entry = self.move_task(key, Status::Running, run_at)?;
         // The token's buffer, cleared when the last lease ended, is reused.
-        id::write_ulid(&mut entry.task.lease_token);
+        tokens.write(&mut entry.task.lease_token);
         entry.lease_until = now.saturating_add(opts.ttl(&entry.task.queue)).as_millis();
         entry.task.started_at.get_or_insert(now);
         let snapshot = entry.task.clone();
@@ -67,5 +68,60 @@ impl Txn<'_> {
         let now = self.now.as_millis();
         let due = self.heads(queues).map(|(_, (run_at, _))| *run_at).filter(|r| *r > now).min()?;
         Some(Timestamp::from_millis(due).duration_since(self.now))
+    }
+}
+
+/// The lease tokens of one claim (contract §1.2.2, §3.4.8): the claim's own ULID, drawn once
+/// from the process-wide generator, followed by each task's place in the claim in decimal.
+/// Every claimed task gets its own token, and no token repeats an earlier one (the ULID is
+/// new and 26 characters long), for one draw per claim instead of one per task.
+#[derive(Default)]
+struct Tokens {
+    /// The claim's ULID; empty until the first task is claimed.
+    base: String,
+    /// The place of the next claimed task.
+    next: u64,
+}
+
+impl Tokens {
+    /// Replaces `out` with the next token (reusing `out`'s buffer).
+    fn write(&mut self, out: &mut String) {
+        if self.base.is_empty() {
+            id::write_ulid(&mut self.base);
+        }
+        out.clear();
+        out.push_str(&self.base);
+        push_decimal(out, self.next);
+        self.next += 1;
+    }
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut String, n: u64) {
+    if n >= 10 {
+        push_decimal(out, n / 10);
+    }
+    out.push(char::from(b'0' + u8::try_from(n % 10).unwrap_or(0)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_of_one_claim_differ_and_the_next_claim_draws_a_new_ulid() {
+        let (mut first, mut second) = (Tokens::default(), Tokens::default());
+        let mut seen = std::collections::HashSet::new();
+        for tokens in [&mut first, &mut second] {
+            for _ in 0..120 {
+                let mut token = String::new();
+                tokens.write(&mut token);
+                assert!(seen.insert(token));
+            }
+        }
+        assert_ne!(first.base, second.base);
+        let mut token = "a longer, older token".to_owned();
+        first.write(&mut token);
+        assert_eq!(token, format!("{}120", first.base));
     }
 }
