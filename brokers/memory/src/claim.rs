@@ -16,8 +16,8 @@ impl Txn<'_> {
         let mut claimed = Vec::with_capacity(max.min(self.claimable_len(queues)));
         let mut tokens = Tokens::default();
         while claimed.len() < max {
-            let Some((_, run_at, key)) = self.next_ready(queues) else { break };
-            claimed.push(self.claim_one(&key, Timestamp::from_millis(run_at), &mut tokens)?);
+            let Some((_, run_at, slot)) = self.next_ready(queues) else { break };
+            claimed.push(self.claim_one(slot, Timestamp::from_millis(run_at), &mut tokens)?);
         }
         Ok(claimed)
     }
@@ -28,20 +28,21 @@ impl Txn<'_> {
         sets.map(|ready| ready.len).sum()
     }
 
-    /// The first claim key `(priority, run_at, id)` due by now among the unpaused `queues`.
-    /// Within a level the head is the earliest, so a level whose head is not due has nothing
-    /// due.
-    fn next_ready(&self, queues: &[&str]) -> Option<(i16, i64, Arc<str>)> {
+    /// The first claim key `(priority, run_at, id)` due by now among the unpaused `queues`,
+    /// as `(priority, run_at, slot)`. Within a level the head is the earliest, so a level
+    /// whose head is not due has nothing due.
+    fn next_ready(&self, queues: &[&str]) -> Option<(i16, i64, usize)> {
         let now = self.now.as_millis();
-        let due = self.heads(queues).filter(|(_, (run_at, _))| *run_at <= now);
-        due.min().map(|(p, (run_at, key))| (p, *run_at, key.clone()))
+        let due = self.heads(queues).filter(|(_, (run_at, _), _)| *run_at <= now);
+        due.min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
+            .map(|(p, (run_at, _), slot)| (p, *run_at, slot))
     }
 
-    /// The first claim key of each priority level of each unpaused queue.
+    /// The first claim key of each priority level of each unpaused queue, with its slot.
     fn heads<'s>(
         &'s self,
         queues: &'s [&str],
-    ) -> impl Iterator<Item = (i16, &'s (i64, Arc<str>))> + 's {
+    ) -> impl Iterator<Item = (i16, &'s (i64, Arc<str>), usize)> + 's {
         let state = &*self.state;
         queues
             .iter()
@@ -51,22 +52,23 @@ impl Txn<'_> {
     }
 
     /// Moves one ready task to `running` under a fresh lease and returns its snapshot.
-    fn claim_one(&mut self, key: &str, run_at: Timestamp, tokens: &mut Tokens) -> Result<Task> {
+    fn claim_one(&mut self, slot: usize, run_at: Timestamp, tokens: &mut Tokens) -> Result<Task> {
         let (now, opts) = (self.now, self.opts);
-        let entry = self.move_task(key, Status::Running, run_at)?;
+        let entry = self.move_slot(slot, Status::Running, run_at)?;
         // The token's buffer, cleared when the last lease ended, is reused.
         tokens.write(&mut entry.task.lease_token);
         entry.lease_until = now.saturating_add(opts.ttl(&entry.task.queue)).as_millis();
         entry.task.started_at.get_or_insert(now);
         let snapshot = entry.task.clone();
-        self.note(key);
+        self.note_snapshot(&snapshot);
         Ok(snapshot)
     }
 
     /// Time until the earliest delayed task of the unpaused `queues` is due, if any.
     pub(crate) fn next_due(&self, queues: &[&str]) -> Option<Duration> {
         let now = self.now.as_millis();
-        let due = self.heads(queues).map(|(_, (run_at, _))| *run_at).filter(|r| *r > now).min()?;
+        let due =
+            self.heads(queues).map(|(_, (run_at, _), _)| *run_at).filter(|r| *r > now).min()?;
         Some(Timestamp::from_millis(due).duration_since(self.now))
     }
 }

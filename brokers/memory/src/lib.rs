@@ -42,6 +42,7 @@ mod query;
 mod quota;
 mod reap;
 mod state;
+mod tasks;
 #[cfg(test)]
 mod tests;
 mod txn;

@@ -77,7 +77,7 @@ impl Txn<'_> {
         let parents: Option<Vec<Status>> =
             entry.parents.iter().map(|e| self.state.status_of(&e.parent)).collect();
         let missing =
-            entry.task.distinct_parents().iter().any(|p| !self.state.tasks.contains_key(*p));
+            entry.task.distinct_parents().iter().any(|p| !self.state.tasks.contains_key(p));
         let (Some(statuses), false) = (parents, missing) else { return Ok(()) };
         let named = entry.parents.iter().zip(&statuses).map(|(e, s)| (&*e.parent, *s));
         let decision = submit_decision(named, entry.task.on_parent_failure);

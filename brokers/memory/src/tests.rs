@@ -18,10 +18,10 @@ impl State {
     /// Every invariant between the tasks and the indexes; the first broken one as text.
     fn check(&self) -> Result<(), String> {
         let mut claimable = 0;
-        for (key, e) in &self.tasks {
-            let t = &e.task;
-            if **key != *t.id || e.key != *key {
-                return Err(format!("{key}: key and id differ"));
+        for e in self.tasks.values() {
+            let (key, t) = (&e.key, &e.task);
+            if **key != *t.id || self.tasks.slot_of(key) != Some(e.slot) {
+                return Err(format!("{key}: key and id differ, or its slot is not its own"));
             }
             if !self.created.contains(&(t.created_at.as_millis(), key.clone())) {
                 return Err(format!("{key}: not in the list index"));
@@ -44,7 +44,7 @@ impl State {
                 Status::Pending | Status::Retrying => {
                     claimable += 1;
                     let set = self.index.claimable.get(&t.queue);
-                    set.is_some_and(|s| s.contains(t.priority, t.run_at.as_millis(), key))
+                    set.is_some_and(|s| s.contains(t.priority, t.run_at.as_millis(), key, e.slot))
                 }
                 Status::Running => self.index.running.contains(&ByPtr(key.clone())),
                 Status::Blocked => self.index.blocked.contains(key),
@@ -280,7 +280,7 @@ fn force_blocked(state: &mut State, id: &str) {
     entry.task.last_error.clear();
     entry.pending_parents = 1;
     entry.parents.iter_mut().for_each(|e| e.done = false);
-    state.index.add(&entry.key, &entry.task);
+    state.index.add(&entry.key, entry.slot, &entry.task);
 }
 
 #[test]

@@ -72,12 +72,12 @@ pub(crate) struct Txn<'a> {
 impl Txn<'_> {
     /// The entry of `id`, or `NotFound`.
     pub(crate) fn entry(&self, id: &str) -> Result<&Entry> {
-        self.state.tasks.get(id).map(|e| &**e).ok_or_else(|| Error::not_found(id))
+        self.state.tasks.get(id).ok_or_else(|| Error::not_found(id))
     }
 
     /// The entry of `id` for writing, or `NotFound`.
     pub(crate) fn entry_mut(&mut self, id: &str) -> Result<&mut Entry> {
-        self.state.tasks.get_mut(id).map(|e| &mut **e).ok_or_else(|| Error::not_found(id))
+        self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))
     }
 
     /// The lease-token check (contract §3.3): missing ⇒ `NotFound`; not running, empty token
@@ -105,6 +105,19 @@ impl Txn<'_> {
         run_at: Timestamp,
     ) -> Result<&mut Entry> {
         let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
+        shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
+        Ok(entry)
+    }
+
+    /// [`Txn::move_task`] for the task stored in `slot` (a claim index names it).
+    pub(crate) fn move_slot(
+        &mut self,
+        slot: usize,
+        to: Status,
+        run_at: Timestamp,
+    ) -> Result<&mut Entry> {
+        let entry = (self.state.tasks.at_mut(slot))
+            .ok_or_else(|| Error::backend(NAME, "the claim index names an empty slot"))?;
         shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
         Ok(entry)
     }
@@ -169,6 +182,13 @@ impl Txn<'_> {
         }
     }
 
+    /// Records a copy of `task`, a snapshot just taken, for Notify.
+    pub(crate) fn note_snapshot(&mut self, task: &taskgate::Task) {
+        if let Some(notes) = self.notes.as_mut() {
+            notes.push(task.clone());
+        }
+    }
+
     /// Asks for a wake-up after the unit (a queue was resumed).
     pub(crate) fn wake_waiters(&mut self) {
         self.wake = true;
@@ -197,7 +217,7 @@ fn shift(
     index.remove(&entry.key, &entry.task);
     entry.task.status = to;
     entry.task.run_at = run_at;
-    if index.add(&entry.key, &entry.task) {
+    if index.add(&entry.key, entry.slot, &entry.task) {
         *wake = true;
     }
     Ok(())
