@@ -56,7 +56,7 @@ impl Txn<'_> {
         let (now, opts) = (self.now, self.opts);
         let entry = self.move_slot(slot, Status::Running, run_at)?;
         // The token's buffer, cleared when the last lease ended, is reused.
-        tokens.write(&mut entry.task.lease_token);
+        tokens.write(&mut entry.task.lease_token, slot);
         entry.lease_until = now.saturating_add(opts.ttl(&entry.task.queue)).as_millis();
         entry.task.started_at.get_or_insert(now);
         let snapshot = entry.task.clone();
@@ -73,33 +73,35 @@ impl Txn<'_> {
     }
 }
 
+/// Length of a token's first part, the claim's ULID.
+pub(crate) const TOKEN_BASE_LEN: usize = 26;
+
 /// The lease tokens of one claim (contract §1.2.2, §3.4.8): the claim's own ULID, drawn once
-/// from the process-wide generator, followed by each task's place in the claim in decimal.
-/// Every claimed task gets its own token, and no token repeats an earlier one (the ULID is
-/// new and 26 characters long), for one draw per claim instead of one per task.
+/// from the process-wide generator, followed by the task's slot in decimal. Every claimed task
+/// gets its own token (one claim never holds a slot twice), and no token repeats an earlier
+/// one (the ULID is new and [`TOKEN_BASE_LEN`] characters long), for one draw per claim
+/// instead of one per task. The slot lets token-checked calls find the entry without hashing
+/// its ID ([`crate::tasks::Tasks::get_leased_mut`]); the token stays opaque to callers.
 #[derive(Default)]
 struct Tokens {
     /// The claim's ULID; empty until the first task is claimed.
     base: String,
-    /// The place of the next claimed task.
-    next: u64,
 }
 
 impl Tokens {
-    /// Replaces `out` with the next token (reusing `out`'s buffer).
-    fn write(&mut self, out: &mut String) {
+    /// Replaces `out` with the token of the task in `slot` (reusing `out`'s buffer).
+    fn write(&mut self, out: &mut String, slot: usize) {
         if self.base.is_empty() {
             id::write_ulid(&mut self.base);
         }
         out.clear();
         out.push_str(&self.base);
-        push_decimal(out, self.next);
-        self.next += 1;
+        push_decimal(out, slot);
     }
 }
 
 /// Appends `n` in decimal.
-fn push_decimal(out: &mut String, n: u64) {
+fn push_decimal(out: &mut String, n: usize) {
     if n >= 10 {
         push_decimal(out, n / 10);
     }
@@ -115,15 +117,16 @@ mod tests {
         let (mut first, mut second) = (Tokens::default(), Tokens::default());
         let mut seen = std::collections::HashSet::new();
         for tokens in [&mut first, &mut second] {
-            for _ in 0..120 {
+            for slot in 0..120 {
                 let mut token = String::new();
-                tokens.write(&mut token);
+                tokens.write(&mut token, slot);
                 assert!(seen.insert(token));
             }
         }
         assert_ne!(first.base, second.base);
+        assert_eq!(first.base.len(), TOKEN_BASE_LEN);
         let mut token = "a longer, older token".to_owned();
-        first.write(&mut token);
-        assert_eq!(token, format!("{}120", first.base));
+        first.write(&mut token, 1207);
+        assert_eq!(token, format!("{}1207", first.base));
     }
 }

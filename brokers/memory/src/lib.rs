@@ -33,11 +33,11 @@
 
 mod claim;
 mod enqueue;
+mod hashing;
 mod identity;
 mod ops;
 mod propagate;
 mod prune;
-mod ptrset;
 mod query;
 mod quota;
 mod reap;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use taskgate::{Status, Task};
 
-use crate::ptrset::{ByPtr, IdBuild, PtrSet};
+use crate::hashing::{IdBuild, SlotSet};
 use crate::tasks::Tasks;
 
 /// One dependency edge `(child, parent, done)`, kept on the child (contract §1.1).
@@ -113,8 +113,8 @@ impl ReadyQueue {
 pub(crate) struct Index {
     /// Per queue, its claimable (pending/retrying) tasks ordered by `(priority, run_at, id)`.
     pub(crate) claimable: HashMap<String, ReadyQueue, IdBuild>,
-    /// Running tasks (the reaper's candidates; it sorts the expired ones by ID).
-    pub(crate) running: PtrSet,
+    /// The slots of running tasks (the reaper's candidates; it sorts the expired ones by ID).
+    pub(crate) running: SlotSet,
     /// Blocked tasks by ID (defensive repair's candidates).
     pub(crate) blocked: BTreeSet<Arc<str>>,
 }
@@ -136,7 +136,7 @@ impl Index {
                 true
             }
             Status::Running => {
-                self.running.insert(ByPtr(key.clone()));
+                self.running.insert(slot);
                 false
             }
             Status::Blocked => {
@@ -147,8 +147,8 @@ impl Index {
         }
     }
 
-    /// Removes `task` from the index of its current status.
-    pub(crate) fn remove(&mut self, key: &Arc<str>, task: &Task) {
+    /// Removes `task` (stored in `slot`) from the index of its current status.
+    pub(crate) fn remove(&mut self, key: &Arc<str>, slot: usize, task: &Task) {
         match task.status {
             Status::Pending | Status::Retrying => {
                 if let Some(ready) = self.claimable.get_mut(task.queue.as_str()) {
@@ -156,7 +156,7 @@ impl Index {
                 }
             }
             Status::Running => {
-                self.running.remove(&ByPtr(key.clone()));
+                self.running.remove(&slot);
             }
             Status::Blocked => {
                 self.blocked.remove(key);

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::ptrset::IdBuild;
+use crate::claim::TOKEN_BASE_LEN;
+use crate::hashing::IdBuild;
 use crate::state::Entry;
 
 /// Every stored task, by ID and by slot.
@@ -30,6 +31,24 @@ impl Tasks {
     pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut Entry> {
         let slot = *self.ids.get(id)?;
         self.at_mut(slot)
+    }
+
+    /// The entry in `slot`.
+    pub(crate) fn at(&self, slot: usize) -> Option<&Entry> {
+        self.slots.get(slot)?.as_ref()
+    }
+
+    /// The entry of `id` when `token` is the lease token a claim gave it: found through the
+    /// slot the token names after its claim's ULID ([`crate::claim`]'s tokens), without
+    /// hashing the ID (the claim just touched that entry; the ID map's bucket is cold). Any
+    /// other token, or a slot holding another task, falls back to the lookup by ID; either
+    /// way the caller still checks the token itself.
+    pub(crate) fn get_leased_mut(&mut self, id: &str, token: &str) -> Option<&mut Entry> {
+        let named = token.get(TOKEN_BASE_LEN..).and_then(|digits| digits.parse::<usize>().ok());
+        match named {
+            Some(slot) if self.at(slot).is_some_and(|e| e.task.id == id) => self.at_mut(slot),
+            _ => self.get_mut(id),
+        }
     }
 
     /// The entry in `slot`, for writing.

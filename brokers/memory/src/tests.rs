@@ -10,7 +10,6 @@ use taskgate::{
     ReplayRequest, ResolvedOptions, Status, Step, Task, Timestamp,
 };
 
-use crate::ptrset::ByPtr;
 use crate::state::State;
 use crate::txn::{Store, Txn};
 
@@ -46,7 +45,7 @@ impl State {
                     let set = self.index.claimable.get(&t.queue);
                     set.is_some_and(|s| s.contains(t.priority, t.run_at.as_millis(), key, e.slot))
                 }
-                Status::Running => self.index.running.contains(&ByPtr(key.clone())),
+                Status::Running => self.index.running.contains(&e.slot),
                 Status::Blocked => self.index.blocked.contains(key),
                 _ => true,
             };
@@ -274,7 +273,7 @@ fn indexes_stay_consistent_across_random_operations() {
 /// Forces a stored task back to `blocked` with its edges not done (a crash mid-propagation).
 fn force_blocked(state: &mut State, id: &str) {
     let Some(entry) = state.tasks.get_mut(id) else { panic!("no task {id}") };
-    state.index.remove(&entry.key, &entry.task);
+    state.index.remove(&entry.key, entry.slot, &entry.task);
     entry.task.status = Status::Blocked;
     entry.task.finished_at = None;
     entry.task.last_error.clear();

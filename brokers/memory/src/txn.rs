@@ -83,14 +83,16 @@ impl Txn<'_> {
     /// The lease-token check (contract §3.3): missing ⇒ `NotFound`; not running, empty token
     /// or another token ⇒ `LeaseLost`.
     pub(crate) fn leased(&mut self, id: &str, token: &str) -> Result<&mut Entry> {
-        let entry = self.entry_mut(id)?;
+        let entry =
+            self.state.tasks.get_leased_mut(id, token).ok_or_else(|| Error::not_found(id))?;
         check_lease(entry, id, token)?;
         Ok(entry)
     }
 
     /// The lease-token check and a move to `to` (keeping `run_at`) with one lookup.
     pub(crate) fn leased_move(&mut self, id: &str, token: &str, to: Status) -> Result<&mut Entry> {
-        let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
+        let entry =
+            self.state.tasks.get_leased_mut(id, token).ok_or_else(|| Error::not_found(id))?;
         check_lease(entry, id, token)?;
         let run_at = entry.task.run_at;
         shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
@@ -214,7 +216,7 @@ fn shift(
     wake: &mut bool,
 ) -> Result<()> {
     transition(entry.task.status, to)?;
-    index.remove(&entry.key, &entry.task);
+    index.remove(&entry.key, entry.slot, &entry.task);
     entry.task.status = to;
     entry.task.run_at = run_at;
     if index.add(&entry.key, entry.slot, &entry.task) {
