@@ -95,6 +95,8 @@ impl Tokens {
             id::write_ulid(&mut self.base);
         }
         out.clear();
+        // Room for the ULID and any slot's digits: the buffer grows at most once.
+        out.reserve(self.base.len() + 20);
         out.push_str(&self.base);
         push_decimal(out, slot);
     }
