@@ -49,6 +49,7 @@ impl Txn<'_> {
         let entry = Entry {
             task: self.stored_task(task, &key, &decision),
             key,
+            slot: 0,
             lease_until: 0,
             pending_parents: decision.pending_parents(),
             parents: edges,

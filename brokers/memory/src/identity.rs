@@ -19,6 +19,7 @@ impl Txn<'_> {
         let key = target.key.clone();
         let entry = Entry {
             key: Arc::from(task.id.as_str()),
+            slot: 0,
             task,
             lease_until: 0,
             pending_parents: 0,

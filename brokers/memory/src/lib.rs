@@ -33,15 +33,16 @@
 
 mod claim;
 mod enqueue;
+mod hashing;
 mod identity;
 mod ops;
 mod propagate;
 mod prune;
-mod ptrset;
 mod query;
 mod quota;
 mod reap;
 mod state;
+mod tasks;
 #[cfg(test)]
 mod tests;
 mod txn;

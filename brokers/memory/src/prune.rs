@@ -147,7 +147,7 @@ impl State {
     fn delete(&mut self, id: &Arc<str>) {
         let Some(entry) = self.tasks.remove(id) else { return };
         self.created.remove(&(entry.task.created_at.as_millis(), entry.key.clone()));
-        self.index.remove(&entry.key, &entry.task);
+        self.index.remove(&entry.key, entry.slot, &entry.task);
         // "Replayed" means a stored execution replays it (as in SQL, contract §1.1). Replay
         // chains go whole, so the marker goes with the chain.
         if !entry.task.replay_of.is_empty() {

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use taskgate::decide::{reap_outcome, submit_decision, texts, ReapOutcome, SubmitDecision};
 use taskgate::{Result, Status};
 
-use crate::ptrset::ByPtr;
 use crate::txn::Txn;
 
 impl Txn<'_> {
@@ -27,9 +26,9 @@ impl Txn<'_> {
     /// Running tasks whose lease ended strictly before now, with their cancel flag, by ID.
     fn expired(&self) -> Vec<(Arc<str>, bool)> {
         let now = self.now.as_millis();
-        let running = self.state.index.running.iter().filter_map(|ByPtr(key)| {
-            let entry = self.state.tasks.get(key)?;
-            (entry.lease_until < now).then(|| (key.clone(), entry.task.cancel_requested))
+        let running = self.state.index.running.iter().filter_map(|slot| {
+            let entry = self.state.tasks.at(*slot)?;
+            (entry.lease_until < now).then(|| (entry.key.clone(), entry.task.cancel_requested))
         });
         let mut expired: Vec<_> = running.collect();
         expired.sort_unstable();
@@ -77,7 +76,7 @@ impl Txn<'_> {
         let parents: Option<Vec<Status>> =
             entry.parents.iter().map(|e| self.state.status_of(&e.parent)).collect();
         let missing =
-            entry.task.distinct_parents().iter().any(|p| !self.state.tasks.contains_key(*p));
+            entry.task.distinct_parents().iter().any(|p| !self.state.tasks.contains_key(p));
         let (Some(statuses), false) = (parents, missing) else { return Ok(()) };
         let named = entry.parents.iter().zip(&statuses).map(|(e, s)| (&*e.parent, *s));
         let decision = submit_decision(named, entry.task.on_parent_failure);

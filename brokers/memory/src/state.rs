@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use taskgate::{Status, Task};
 
-use crate::ptrset::{ByPtr, IdBuild, PtrSet};
+use crate::hashing::{IdBuild, SlotSet};
+use crate::tasks::Tasks;
 
 /// One dependency edge `(child, parent, done)`, kept on the child (contract §1.1).
 #[derive(Debug, Clone)]
@@ -22,6 +23,8 @@ pub(crate) struct Edge {
 pub(crate) struct Entry {
     /// The task's ID, shared with the map key and the indexes.
     pub(crate) key: Arc<str>,
+    /// Where [`Tasks`] stores it (set when it is stored; the claim index names it).
+    pub(crate) slot: usize,
     /// The task record as callers see it (deep-copied out).
     pub(crate) task: Task,
     /// Lease deadline in unix ms; 0 = none.
@@ -51,8 +54,8 @@ impl Entry {
 }
 
 /// Claim keys of one priority level of one queue: `(run_at ms, id)` of its pending and
-/// retrying tasks.
-pub(crate) type ClaimSet = BTreeSet<(i64, Arc<str>)>;
+/// retrying tasks, each with the task's slot in [`Tasks`].
+pub(crate) type ClaimSet = BTreeMap<(i64, Arc<str>), usize>;
 
 /// The claimable tasks of one queue: one [`ClaimSet`] per priority level that has any, so a
 /// claim reads the head of each level (the most urgent due head wins) — O(levels × log n),
@@ -66,19 +69,20 @@ pub(crate) struct ReadyQueue {
 }
 
 impl ReadyQueue {
-    /// The first claim key of each level, most urgent level first.
-    pub(crate) fn heads(&self) -> impl Iterator<Item = (i16, &(i64, Arc<str>))> + '_ {
-        self.levels.iter().filter_map(|(p, set)| Some((*p, set.first()?)))
+    /// The first claim key of each level and its task's slot, most urgent level first.
+    pub(crate) fn heads(&self) -> impl Iterator<Item = (i16, &(i64, Arc<str>), usize)> + '_ {
+        self.levels.iter().filter_map(|(p, set)| set.first_key_value().map(|(k, s)| (*p, k, *s)))
     }
 
-    /// True when `(priority, run_at, key)` is indexed.
+    /// True when `(priority, run_at, key)` is indexed with `slot`.
     #[cfg(test)]
-    pub(crate) fn contains(&self, priority: i16, run_at: i64, key: &Arc<str>) -> bool {
-        self.levels.get(&priority).is_some_and(|set| set.contains(&(run_at, key.clone())))
+    pub(crate) fn contains(&self, priority: i16, run_at: i64, key: &Arc<str>, slot: usize) -> bool {
+        let level = self.levels.get(&priority);
+        level.and_then(|set| set.get(&(run_at, key.clone()))) == Some(&slot)
     }
 
-    fn insert(&mut self, priority: i16, claim: (i64, Arc<str>)) {
-        if self.levels.entry(priority).or_default().insert(claim) {
+    fn insert(&mut self, priority: i16, claim: (i64, Arc<str>), slot: usize) {
+        if self.levels.entry(priority).or_default().insert(claim, slot).is_none() {
             self.len += 1;
         }
     }
@@ -87,10 +91,12 @@ impl ReadyQueue {
         let Some(set) = self.levels.get_mut(&priority) else { return };
         // A claim takes the head: pop it without searching (or comparing text: the head's key
         // is this entry's own `Arc`).
-        let removed = if set.first().is_some_and(|(r, k)| *r == run_at && Arc::ptr_eq(k, key)) {
+        let head =
+            set.first_key_value().is_some_and(|((r, k), _)| *r == run_at && Arc::ptr_eq(k, key));
+        let removed = if head {
             set.pop_first().is_some()
         } else {
-            set.remove(&(run_at, key.clone()))
+            set.remove(&(run_at, key.clone())).is_some()
         };
         if removed {
             self.len -= 1;
@@ -107,30 +113,30 @@ impl ReadyQueue {
 pub(crate) struct Index {
     /// Per queue, its claimable (pending/retrying) tasks ordered by `(priority, run_at, id)`.
     pub(crate) claimable: HashMap<String, ReadyQueue, IdBuild>,
-    /// Running tasks (the reaper's candidates; it sorts the expired ones by ID).
-    pub(crate) running: PtrSet,
+    /// The slots of running tasks (the reaper's candidates; it sorts the expired ones by ID).
+    pub(crate) running: SlotSet,
     /// Blocked tasks by ID (defensive repair's candidates).
     pub(crate) blocked: BTreeSet<Arc<str>>,
 }
 
 impl Index {
-    /// Indexes `task` under its status; true when it became claimable.
-    pub(crate) fn add(&mut self, key: &Arc<str>, task: &Task) -> bool {
+    /// Indexes `task` (stored in `slot`) under its status; true when it became claimable.
+    pub(crate) fn add(&mut self, key: &Arc<str>, slot: usize, task: &Task) -> bool {
         match task.status {
             Status::Pending | Status::Retrying => {
                 let claim = (task.run_at.as_millis(), key.clone());
                 match self.claimable.get_mut(task.queue.as_str()) {
-                    Some(ready) => ready.insert(task.priority, claim),
+                    Some(ready) => ready.insert(task.priority, claim, slot),
                     None => {
                         let mut ready = ReadyQueue::default();
-                        ready.insert(task.priority, claim);
+                        ready.insert(task.priority, claim, slot);
                         self.claimable.insert(task.queue.clone(), ready);
                     }
                 }
                 true
             }
             Status::Running => {
-                self.running.insert(ByPtr(key.clone()));
+                self.running.insert(slot);
                 false
             }
             Status::Blocked => {
@@ -141,8 +147,8 @@ impl Index {
         }
     }
 
-    /// Removes `task` from the index of its current status.
-    pub(crate) fn remove(&mut self, key: &Arc<str>, task: &Task) {
+    /// Removes `task` (stored in `slot`) from the index of its current status.
+    pub(crate) fn remove(&mut self, key: &Arc<str>, slot: usize, task: &Task) {
         match task.status {
             Status::Pending | Status::Retrying => {
                 if let Some(ready) = self.claimable.get_mut(task.queue.as_str()) {
@@ -150,7 +156,7 @@ impl Index {
                 }
             }
             Status::Running => {
-                self.running.remove(&ByPtr(key.clone()));
+                self.running.remove(&slot);
             }
             Status::Blocked => {
                 self.blocked.remove(key);
@@ -172,9 +178,8 @@ pub(crate) struct QuotaWindows {
 /// Everything one store holds, guarded by the store's mutex.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// Every task by ID (boxed: the table stays small and growing it moves no records;
-    /// hashed with [`IdBuild`]: every claim and ack looks a task up here).
-    pub(crate) tasks: HashMap<Arc<str>, Box<Entry>, IdBuild>,
+    /// Every task, by ID and by slot.
+    pub(crate) tasks: Tasks,
     /// Claim, reap and repair indexes.
     pub(crate) index: Index,
     /// List order: `(created_at ms, id)` of every task.
@@ -199,11 +204,7 @@ impl State {
 
     /// The chain tail of `key`, if the key has executions.
     pub(crate) fn chain_tail(&self, key: &str) -> Option<&Entry> {
-        self.chains
-            .get(key)
-            .and_then(|chain| chain.last())
-            .and_then(|id| self.tasks.get(id))
-            .map(|e| &**e)
+        self.chains.get(key).and_then(|chain| chain.last()).and_then(|id| self.tasks.get(id))
     }
 
     /// Inserts a new entry and indexes it; true when it is claimable at once.
@@ -218,9 +219,8 @@ impl State {
             let chain = self.chains.entry(entry.task.business_key.clone()).or_default();
             chain.push(key.clone());
         }
-        self.created.insert((entry.task.created_at.as_millis(), key.clone()));
-        let claimable = self.index.add(&key, &entry.task);
-        self.tasks.insert(key, Box::new(entry));
-        claimable
+        self.created.insert((entry.task.created_at.as_millis(), key));
+        let entry = self.tasks.insert(entry);
+        self.index.add(&entry.key, entry.slot, &entry.task)
     }
 }

@@ -10,7 +10,6 @@ use taskgate::{
     ReplayRequest, ResolvedOptions, Status, Step, Task, Timestamp,
 };
 
-use crate::ptrset::ByPtr;
 use crate::state::State;
 use crate::txn::{Store, Txn};
 
@@ -18,10 +17,10 @@ impl State {
     /// Every invariant between the tasks and the indexes; the first broken one as text.
     fn check(&self) -> Result<(), String> {
         let mut claimable = 0;
-        for (key, e) in &self.tasks {
-            let t = &e.task;
-            if **key != *t.id || e.key != *key {
-                return Err(format!("{key}: key and id differ"));
+        for e in self.tasks.values() {
+            let (key, t) = (&e.key, &e.task);
+            if **key != *t.id || self.tasks.slot_of(key) != Some(e.slot) {
+                return Err(format!("{key}: key and id differ, or its slot is not its own"));
             }
             if !self.created.contains(&(t.created_at.as_millis(), key.clone())) {
                 return Err(format!("{key}: not in the list index"));
@@ -44,9 +43,9 @@ impl State {
                 Status::Pending | Status::Retrying => {
                     claimable += 1;
                     let set = self.index.claimable.get(&t.queue);
-                    set.is_some_and(|s| s.contains(t.priority, t.run_at.as_millis(), key))
+                    set.is_some_and(|s| s.contains(t.priority, t.run_at.as_millis(), key, e.slot))
                 }
-                Status::Running => self.index.running.contains(&ByPtr(key.clone())),
+                Status::Running => self.index.running.contains(&e.slot),
                 Status::Blocked => self.index.blocked.contains(key),
                 _ => true,
             };
@@ -274,13 +273,13 @@ fn indexes_stay_consistent_across_random_operations() {
 /// Forces a stored task back to `blocked` with its edges not done (a crash mid-propagation).
 fn force_blocked(state: &mut State, id: &str) {
     let Some(entry) = state.tasks.get_mut(id) else { panic!("no task {id}") };
-    state.index.remove(&entry.key, &entry.task);
+    state.index.remove(&entry.key, entry.slot, &entry.task);
     entry.task.status = Status::Blocked;
     entry.task.finished_at = None;
     entry.task.last_error.clear();
     entry.pending_parents = 1;
     entry.parents.iter_mut().for_each(|e| e.done = false);
-    state.index.add(&entry.key, &entry.task);
+    state.index.add(&entry.key, entry.slot, &entry.task);
 }
 
 #[test]

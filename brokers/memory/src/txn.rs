@@ -72,25 +72,27 @@ pub(crate) struct Txn<'a> {
 impl Txn<'_> {
     /// The entry of `id`, or `NotFound`.
     pub(crate) fn entry(&self, id: &str) -> Result<&Entry> {
-        self.state.tasks.get(id).map(|e| &**e).ok_or_else(|| Error::not_found(id))
+        self.state.tasks.get(id).ok_or_else(|| Error::not_found(id))
     }
 
     /// The entry of `id` for writing, or `NotFound`.
     pub(crate) fn entry_mut(&mut self, id: &str) -> Result<&mut Entry> {
-        self.state.tasks.get_mut(id).map(|e| &mut **e).ok_or_else(|| Error::not_found(id))
+        self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))
     }
 
     /// The lease-token check (contract §3.3): missing ⇒ `NotFound`; not running, empty token
     /// or another token ⇒ `LeaseLost`.
     pub(crate) fn leased(&mut self, id: &str, token: &str) -> Result<&mut Entry> {
-        let entry = self.entry_mut(id)?;
+        let entry =
+            self.state.tasks.get_leased_mut(id, token).ok_or_else(|| Error::not_found(id))?;
         check_lease(entry, id, token)?;
         Ok(entry)
     }
 
     /// The lease-token check and a move to `to` (keeping `run_at`) with one lookup.
     pub(crate) fn leased_move(&mut self, id: &str, token: &str, to: Status) -> Result<&mut Entry> {
-        let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
+        let entry =
+            self.state.tasks.get_leased_mut(id, token).ok_or_else(|| Error::not_found(id))?;
         check_lease(entry, id, token)?;
         let run_at = entry.task.run_at;
         shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
@@ -105,6 +107,19 @@ impl Txn<'_> {
         run_at: Timestamp,
     ) -> Result<&mut Entry> {
         let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
+        shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
+        Ok(entry)
+    }
+
+    /// [`Txn::move_task`] for the task stored in `slot` (a claim index names it).
+    pub(crate) fn move_slot(
+        &mut self,
+        slot: usize,
+        to: Status,
+        run_at: Timestamp,
+    ) -> Result<&mut Entry> {
+        let entry = (self.state.tasks.at_mut(slot))
+            .ok_or_else(|| Error::backend(NAME, "the claim index names an empty slot"))?;
         shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
         Ok(entry)
     }
@@ -169,6 +184,13 @@ impl Txn<'_> {
         }
     }
 
+    /// Records a copy of `task`, a snapshot just taken, for Notify.
+    pub(crate) fn note_snapshot(&mut self, task: &taskgate::Task) {
+        if let Some(notes) = self.notes.as_mut() {
+            notes.push(task.clone());
+        }
+    }
+
     /// Asks for a wake-up after the unit (a queue was resumed).
     pub(crate) fn wake_waiters(&mut self) {
         self.wake = true;
@@ -194,10 +216,10 @@ fn shift(
     wake: &mut bool,
 ) -> Result<()> {
     transition(entry.task.status, to)?;
-    index.remove(&entry.key, &entry.task);
+    index.remove(&entry.key, entry.slot, &entry.task);
     entry.task.status = to;
     entry.task.run_at = run_at;
-    if index.add(&entry.key, &entry.task) {
+    if index.add(&entry.key, entry.slot, &entry.task) {
         *wake = true;
     }
     Ok(())

@@ -1,34 +1,16 @@
 //! Fast hashing for the maps every claim and ack touches.
 //!
-//! - [`PtrSet`]: task keys hashed by the identity of their shared allocation, not their text:
-//!   the running index's keys are always the entries' own `Arc`s, so hashing a pointer (never
-//!   caller-controlled) replaces hashing a 26-byte ID.
+//! - [`SlotSet`]: tasks by their slot in [`crate::tasks::Tasks`] (a number the store chose,
+//!   never caller-controlled), so the running index hashes one word, not a 26-byte ID, and
+//!   never touches the ID's allocation.
 //! - [`IdHasher`]: text keys (task IDs, queue names) hashed a word at a time with a folded
 //!   multiply from a per-process random seed — several times cheaper than SipHash on a 26-byte
 //!   ID, and still not predictable by a caller who picks IDs.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
-use std::sync::{Arc, OnceLock};
-
-/// A task key compared and hashed by allocation, for keys cloned from [`crate::state::Entry::key`].
-#[derive(Debug, Clone)]
-pub(crate) struct ByPtr(pub(crate) Arc<str>);
-
-impl PartialEq for ByPtr {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for ByPtr {}
-
-impl Hash for ByPtr {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_usize(Arc::as_ptr(&self.0).cast::<u8>().addr());
-    }
-}
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 
 /// The finaliser of MurmurHash3: spreads every input bit over the whole word.
 fn fmix(mut h: u64) -> u64 {
@@ -59,8 +41,8 @@ impl Hasher for MixHasher {
     }
 }
 
-/// A set of task keys by allocation identity.
-pub(crate) type PtrSet = HashSet<ByPtr, BuildHasherDefault<MixHasher>>;
+/// A set of tasks by slot.
+pub(crate) type SlotSet = HashSet<usize, BuildHasherDefault<MixHasher>>;
 
 /// The multiplier of [`IdHasher`]'s rounds (the fractional part of π, odd).
 const ROUND: u64 = 0x243f_6a88_85a3_08d3;
@@ -129,6 +111,8 @@ impl BuildHasher for IdBuild {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
