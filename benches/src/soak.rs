@@ -422,8 +422,9 @@ pub struct Summary {
 /// samples each, the remainder going to the last third); a *growth* ratio is the largest value
 /// in the last third ÷ the largest in the middle third. **Bounded** holds when the size growth
 /// (bytes; rows held where no byte size is measured) and, on PostgreSQL, the dead-tuple growth
-/// are each ≤ [`SIZE_GROWTH_LIMIT`], and the flatness — the p99 pickup of the last window with
-/// a pickup ÷ that of the first window with one — is ≤ [`FLATNESS_LIMIT`].
+/// are each ≤ [`SIZE_GROWTH_LIMIT`], and the [`flatness`] — the median window p99 pickup of
+/// the last third of the windows with a pickup ÷ that of the first third (at least 1 ms) — is
+/// ≤ [`FLATNESS_LIMIT`].
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Bounded {
     /// Size growth (last third's max ÷ middle third's max).
@@ -490,13 +491,29 @@ pub fn growth(samples: &[Sample], measure: impl Fn(&Sample) -> Option<f64>) -> O
     (middle > 0.0).then(|| last / middle)
 }
 
-/// The last window's p99 pickup ÷ the first window's, over windows that claimed something.
+/// The p99 pickup at the end ÷ at the start, over windows that claimed something: the median
+/// window p99 of the last third of those windows ÷ that of the first third (at least
+/// [`FLATNESS_FLOOR`], so sub-millisecond starts do not turn scheduler noise into a ratio). A
+/// median of windows, not one window, so a single stall on a shared machine does not decide it.
 pub fn flatness(samples: &[Sample]) -> Option<f64> {
-    let mut picked = samples.iter().filter(|s| s.pickup.n > 0);
-    let first = picked.next()?.pickup.p99.as_secs_f64();
-    let last = picked.next_back()?.pickup.p99.as_secs_f64();
-    (first > 0.0).then(|| last / first)
+    let picked: Vec<f64> =
+        samples.iter().filter(|s| s.pickup.n > 0).map(|s| s.pickup.p99.as_secs_f64()).collect();
+    let third = picked.len() / 3;
+    if third == 0 {
+        return None;
+    }
+    let median = |part: &[f64]| {
+        let mut v = part.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let first = median(&picked[..third]).max(FLATNESS_FLOOR.as_secs_f64());
+    let last = median(&picked[picked.len() - third..]);
+    Some(last / first)
 }
+
+/// The least start p99 [`flatness`] divides by.
+pub const FLATNESS_FLOOR: Duration = Duration::from_millis(1);
 
 #[cfg(test)]
 mod tests {
@@ -526,11 +543,23 @@ mod tests {
 
     #[test]
     fn flatness_skips_windows_without_pickups() {
-        let mut samples = vec![at(0, 1, 0), at(1, 1, 4), at(2, 1, 6), at(3, 1, 0)];
+        let mut samples = vec![at(0, 1, 0), at(1, 1, 4), at(2, 1, 5), at(3, 1, 6), at(4, 1, 0)];
         samples[0].pickup = Percentiles::default();
-        samples[3].pickup = Percentiles::default();
+        samples[4].pickup = Percentiles::default();
         assert_eq!(flatness(&samples), Some(1.5));
         assert_eq!(flatness(&samples[..2]), None);
+    }
+
+    #[test]
+    fn flatness_takes_medians_of_thirds_and_floors_the_start() {
+        // One stall at the end does not decide it: last third [5, 90, 5] has median 5.
+        let p99s = [4, 5, 6, 5, 5, 5, 5, 90, 5];
+        let samples: Vec<Sample> =
+            p99s.iter().enumerate().map(|(i, p)| at(i as u64, 1, *p)).collect();
+        assert_eq!(flatness(&samples), Some(1.0));
+        // A sub-millisecond start is divided as 1 ms.
+        let fast: Vec<Sample> = (0..6).map(|i| at(i, 1, if i < 3 { 0 } else { 2 })).collect();
+        assert_eq!(flatness(&fast), Some(2.0));
     }
 
     #[test]
@@ -541,7 +570,9 @@ mod tests {
         growing[8].size_bytes = Some(1_600);
         assert_eq!(Bounded::of(&growing).holds(), Some(false));
         let mut slower = flat.clone();
-        slower[8].pickup.p99 = Duration::from_millis(11);
+        for s in &mut slower[6..] {
+            s.pickup.p99 = Duration::from_millis(11);
+        }
         assert_eq!(Bounded::of(&slower).holds(), Some(false));
         let mut dead = flat;
         for (i, s) in dead.iter_mut().enumerate() {

@@ -475,8 +475,9 @@ pub fn soak_section(r: &Report, chart: &str, h: &str) -> String {
          *growth* = the largest value in the last third ÷ the largest in the middle third, \
          bounded at ≤ {SIZE_GROWTH_LIMIT} (size in bytes, or tasks held where no size is \
          measured; PostgreSQL's dead tuples too; a measure growing linearly from zero scores \
-         1.5, one that levels off about 1); *flatness* = the p99 pickup of the last \
-         window that claimed anything ÷ that of the first, flat at ≤ {FLATNESS_LIMIT}. Size: {}. \
+         1.5, one that levels off about 1); *flatness* = the median window p99 pickup \
+         of the last third of the windows that claimed anything ÷ that of the first third (at \
+         least 1 ms), flat at ≤ {FLATNESS_LIMIT}. Size: {}. \
          `n_dead_tup` is the statistics collector's figure (flushed about once a second, reset \
          by autovacuum), and InnoDB's `data_length` follows its persistent statistics, \
          recomputed in the background after 10 % of the rows changed: both lag the truth.\n",

@@ -372,7 +372,8 @@ pub fn soak_target(c: &SoakCell) -> Target {
         scenario: format!("Soak: {}, {}/s for {length} with pruning", c.backend, c.spec.rate),
         goal: format!(
             "bounded: size (and PostgreSQL dead tuples) in the last third ≤ {SIZE_GROWTH_LIMIT} × \
-             the middle third's max; p99 pickup last window ≤ {FLATNESS_LIMIT} × first"
+             the middle third's max; median window p99 pickup of the last third ≤ \
+             {FLATNESS_LIMIT} × the first third's"
         ),
         measured,
         standing: Standing::of(bounded.and_then(|b| b.holds())),
