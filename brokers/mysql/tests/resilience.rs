@@ -50,21 +50,30 @@ async fn killed_connections_lose_and_double_nothing() -> Result<(), BoxError> {
         broker.enqueue_many(&tasks).await?;
         let held = broker.dequeue_many(&["q"], 5).await?;
 
-        kill_all(&mut admin, &connection_ids(&broker, POOL).await?).await?;
+        // Every round kills every pooled connection, then works; the next round's pool must
+        // hold none of the killed ones (the broker met them dead and replaced them). Whether a
+        // write meets a dead connection inside its transaction (a retry) or the pool's check
+        // finds it first depends on when the server finishes the KILL; both are fine, neither
+        // may lose or double a task. The retry itself is proven by `cut_connections.rs`.
+        let first = connection_ids(&broker, POOL).await?;
+        kill_all(&mut admin, &first).await?;
         for t in &held {
             broker.ack(&t.id, &t.lease_token, None).await?;
         }
-        kill_all(&mut admin, &connection_ids(&broker, POOL).await?).await?;
+        let second = connection_ids(&broker, POOL).await?;
+        assert!(second.iter().all(|id| !first.contains(id)), "killed connections reused");
+        kill_all(&mut admin, &second).await?;
         while let Some(t) = broker.try_dequeue(&["q"]).await? {
             broker.ack(&t.id, &t.lease_token, None).await?;
         }
-        kill_all(&mut admin, &connection_ids(&broker, POOL).await?).await?;
+        let third = connection_ids(&broker, POOL).await?;
+        assert!(third.iter().all(|id| !second.contains(id)), "killed connections reused");
+        kill_all(&mut admin, &third).await?;
         let all = broker.list(&Filter::default()).await?;
         let ids: Vec<&str> = all.iter().map(|t| t.id.as_str()).collect();
         let expected: Vec<String> = (0..20).map(|i| format!("t{i:02}")).collect();
         assert_eq!(ids, expected, "every task exactly once");
         assert!(all.iter().all(|t| t.status == Status::Completed), "every task completed");
-        assert!(broker.tx_retries() >= 1, "the kills never reached a transaction");
         broker.close().await?;
         storage.drop_tables().await
     })
