@@ -113,30 +113,16 @@ fn claimed_row(id: Option<String>) -> Result<Claimed> {
     Ok(Claimed { id, token: String::new() })
 }
 
-/// Decodes a PostgreSQL row of [`TASK_COLUMNS`].
-fn pg_row(row: &PgRow) -> Result<Claimed> {
-    for (i, kind) in returned_kinds().iter().enumerate().skip(1) {
-        match kind {
-            Kind::Int => {
-                let _ = std::hint::black_box(row.try_get::<Option<i64>, _>(i)?);
-            }
-            Kind::Text => {
-                let _ = std::hint::black_box(row.try_get::<Option<String>, _>(i)?);
-            }
-            Kind::Bytes => {
-                let _ = std::hint::black_box(row.try_get::<Option<Vec<u8>>, _>(i)?);
-            }
-        }
-    }
-    claimed_row(row.try_get(0)?)
-}
-
-/// Decodes a MySQL row of [`TASK_COLUMNS`] (binary-collated text arrives as bytes).
-fn mysql_row(row: &MySqlRow) -> Result<Claimed> {
-    let text = |i: usize| -> Result<Option<String>> {
-        let raw: Option<Vec<u8>> = row.try_get(i)?;
-        Ok(raw.map(String::from_utf8).transpose()?)
-    };
+/// Decodes columns 1.. of a row of [`TASK_COLUMNS`] by [`returned_kinds`], text through
+/// `text` (MySQL's binary-collated text arrives as bytes), each value handed to
+/// [`std::hint::black_box`].
+fn decode_rest<R>(row: &R, text: impl Fn(usize) -> Result<Option<String>>) -> Result<()>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<Vec<u8>>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     for (i, kind) in returned_kinds().iter().enumerate().skip(1) {
         match kind {
             Kind::Int => {
@@ -150,24 +136,28 @@ fn mysql_row(row: &MySqlRow) -> Result<Claimed> {
             }
         }
     }
+    Ok(())
+}
+
+/// Decodes a PostgreSQL row of [`TASK_COLUMNS`].
+fn pg_row(row: &PgRow) -> Result<Claimed> {
+    decode_rest(row, |i| Ok(row.try_get::<Option<String>, _>(i)?))?;
+    claimed_row(row.try_get(0)?)
+}
+
+/// Decodes a MySQL row of [`TASK_COLUMNS`] (binary-collated text arrives as bytes).
+fn mysql_row(row: &MySqlRow) -> Result<Claimed> {
+    let text = |i: usize| -> Result<Option<String>> {
+        let raw: Option<Vec<u8>> = row.try_get(i)?;
+        Ok(raw.map(String::from_utf8).transpose()?)
+    };
+    decode_rest(row, text)?;
     claimed_row(text(0)?)
 }
 
 /// Decodes a SQLite row of [`TASK_COLUMNS`].
 fn sqlite_row(row: &SqliteRow) -> Result<Claimed> {
-    for (i, kind) in returned_kinds().iter().enumerate().skip(1) {
-        match kind {
-            Kind::Int => {
-                let _ = std::hint::black_box(row.try_get::<Option<i64>, _>(i)?);
-            }
-            Kind::Text => {
-                let _ = std::hint::black_box(row.try_get::<Option<String>, _>(i)?);
-            }
-            Kind::Bytes => {
-                let _ = std::hint::black_box(row.try_get::<Option<Vec<u8>>, _>(i)?);
-            }
-        }
-    }
+    decode_rest(row, |i| Ok(row.try_get::<Option<String>, _>(i)?))?;
     claimed_row(row.try_get(0)?)
 }
 
