@@ -2,12 +2,15 @@
 //! claimed-but-unstarted tasks, and a worker that finishes a task starts the next buffered one
 //! at once, so handlers do not wait for a claim round trip and one claim carries many tasks.
 //!
-//! - **How far ahead**: the buffer's target is what the workers finish in about two claim
-//!   round trips (the measured finish rate × twice the measured claim time), at most the
-//!   queue's `prefetch`. Slow handlers therefore never hoard tasks; no-op handlers claim in
-//!   batches of hundreds. A claim is made when the buffer plus the claims in flight fall below
-//!   the free workers plus that target (with a buffer left: below half of it, so claims stay
-//!   large).
+//! - **How far ahead**: the buffer's target is what the workers can finish in about two claim
+//!   round trips (their capacity, workers ÷ the measured time one task keeps a worker busy,
+//!   × twice the measured claim time), at most the queue's `prefetch`. Slow handlers therefore
+//!   never hoard tasks; no-op handlers claim in batches of hundreds. Capacity, not the observed
+//!   finish rate: the observed rate is limited by the feed itself, so where one claim-and-start
+//!   cycle outlasts the look-ahead window (a loaded machine) it would keep the target below one
+//!   task and the queue claiming one task at a time for good. A claim is made when the buffer
+//!   plus the claims in flight fall below the free workers plus that target (with a buffer left:
+//!   below half of it, so claims stay large).
 //! - **Claims in flight**: feeder 0 waits for work (`dequeue_many`, woken by the broker's
 //!   wake-ups); the others claim without waiting (`try_dequeue_many`) only while the last claim
 //!   came back full (a backlog), so an idle queue runs one waiting claim, not several.
@@ -39,8 +42,8 @@ pub(crate) const FEEDERS: usize = 2;
 const MAX_CLAIM: usize = 1_000;
 /// Bounds of the look-ahead window (twice the measured claim time).
 const LOOKAHEAD: (f64, f64) = (0.002, 0.2);
-/// The finish rate is re-measured at most this often.
-const RATE_WINDOW: Duration = Duration::from_millis(5);
+/// The shortest time one task is taken to keep a worker busy (seconds).
+const MIN_BUSY: f64 = 1e-7;
 /// Requeues at once when shutdown returns the held tasks.
 const REQUEUE_PARALLEL: usize = 16;
 
@@ -57,8 +60,10 @@ pub(crate) struct Ahead {
     state: Mutex<State>,
     /// Raised when the buffer shrinks, a worker frees its slot or a claim lands.
     demand: Notify,
-    /// Tasks this queue's workers finished (the finish rate's numerator).
+    /// Tasks this queue's workers finished.
     finished: AtomicU64,
+    /// Nanoseconds those tasks kept a worker busy (handler and final write).
+    busy: AtomicU64,
 }
 
 #[derive(Default)]
@@ -71,36 +76,35 @@ struct State {
     pace: Pace,
 }
 
-/// The measured finish rate and claim time.
+/// The measured capacity and claim time.
+#[derive(Default)]
 struct Pace {
-    at: Instant,
+    /// Tasks finished and busy nanoseconds at the last estimate.
     finished: u64,
-    /// Tasks finished per second.
+    busy: u64,
+    /// Tasks the workers finish per second when never kept waiting for a claim.
     rate: f64,
     /// Seconds one full claim took.
     claim: f64,
 }
 
-impl Default for Pace {
-    fn default() -> Self {
-        Pace { at: Instant::now(), finished: 0, rate: 0.0, claim: 0.0 }
-    }
-}
-
 impl Pace {
-    /// Tasks to hold ahead: what the workers finish in two claim times, at most `cap`.
-    fn target(&mut self, finished: u64, cap: usize) -> usize {
+    /// Tasks to hold ahead: what `workers` finish in two claim times, at most `cap`, from the
+    /// totals of tasks finished and of the nanoseconds they kept a worker busy. Until a task
+    /// finishes nothing is known, and an estimate stands while nothing finishes (a blocked
+    /// handler says nothing yet).
+    fn target(&mut self, finished: u64, busy: u64, workers: usize, cap: usize) -> usize {
         if cap == 0 {
             return 0;
         }
-        let now = Instant::now();
-        let dt = now.duration_since(self.at);
-        if dt >= RATE_WINDOW {
-            let done = finished.saturating_sub(self.finished) as f64;
-            let rate = done / dt.as_secs_f64();
+        let done = finished.saturating_sub(self.finished);
+        if done > 0 {
+            let secs = busy.saturating_sub(self.busy) as f64 / 1e9;
+            let each = (secs / done as f64).max(MIN_BUSY);
+            let rate = workers as f64 / each;
             self.rate = if self.rate == 0.0 { rate } else { 0.6 * self.rate + 0.4 * rate };
-            self.at = now;
             self.finished = finished;
+            self.busy = busy;
         }
         let window = (2.0 * self.claim).clamp(LOOKAHEAD.0, LOOKAHEAD.1);
         whole(self.rate * window).min(cap)
@@ -135,7 +139,9 @@ impl Ahead {
     /// How many tasks a claim should ask for now (0: none yet).
     fn want(&self, q: &QueueRt, st: &mut State) -> usize {
         let free = q.slots.available_permits();
-        let ahead = st.pace.target(self.finished.load(Ordering::Relaxed), q.settings.prefetch);
+        let (finished, busy) =
+            (self.finished.load(Ordering::Relaxed), self.busy.load(Ordering::Relaxed));
+        let ahead = st.pace.target(finished, busy, q.settings.workers, q.settings.prefetch);
         let target = free + ahead;
         let have = st.buffer.len() + st.inflight;
         let need = target.saturating_sub(have);
@@ -280,7 +286,10 @@ async fn worker(
     slot: OwnedSemaphorePermit,
 ) {
     loop {
+        let started = Instant::now();
         crate::execute::execute(inner.clone(), q.clone(), task, None).await;
+        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        q.ahead.busy.fetch_add(busy, Ordering::Relaxed);
         q.ahead.finished.fetch_add(1, Ordering::Relaxed);
         let next = {
             let mut st = q.ahead.state();
@@ -405,21 +414,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_target_follows_the_finish_rate_and_the_cap() {
+    fn the_target_follows_the_capacity_and_the_cap() {
+        const MS: u64 = 1_000_000;
         let mut pace = Pace::default();
         pace.claimed(Duration::from_millis(5));
-        pace.at = Instant::now() - Duration::from_millis(100);
-        // 1,000 finished in 100 ms: 10,000/s × 10 ms window = 100.
-        let t = pace.target(1_000, 512);
-        assert!((90..=110).contains(&t), "{t}");
-        assert_eq!(pace.target(1_000, 0), 0, "cap 0: never ahead");
+        // 1,000 finished, 0.1 ms each, one worker: 10,000/s × 10 ms window = 100.
+        let t = pace.target(1_000, 100 * MS, 1, 512);
+        assert!((99..=101).contains(&t), "{t}");
+        assert_eq!(pace.target(1_000, 100 * MS, 1, 0), 0, "cap 0: never ahead");
         let mut slow = Pace::default();
         slow.claimed(Duration::from_millis(5));
-        slow.at = Instant::now() - Duration::from_secs(1);
-        assert_eq!(slow.target(4, 512), 0, "4/s handlers hold nothing ahead");
+        assert_eq!(slow.target(4, 1_000 * MS, 1, 512), 0, "4/s handlers hold nothing ahead");
+        let mut many = Pace::default();
+        many.claimed(Duration::from_millis(5));
+        // 250 ms handlers on 400 workers: 1,600/s × 10 ms = 16.
+        let t = many.target(4, 1_000 * MS, 400, 512);
+        assert!((15..=16).contains(&t), "capacity counts every worker: {t}");
         let mut fast = Pace::default();
         fast.claimed(Duration::from_millis(20));
-        fast.at = Instant::now() - Duration::from_millis(10);
-        assert_eq!(fast.target(1_000_000, 512), 512, "capped by prefetch");
+        assert_eq!(fast.target(1_000_000, 1_000 * MS, 1, 512), 512, "capped by prefetch");
+    }
+
+    #[test]
+    fn one_at_a_time_claims_do_not_hide_fast_handlers() {
+        // Claim-and-start cycles of 10 ms (a loaded machine) around 20 µs handlers: the
+        // observed finish rate (100/s × 2 ms window) would hold nothing ahead.
+        let mut pace = Pace::default();
+        pace.claimed(Duration::from_micros(500));
+        let t = pace.target(5, 100_000, 1, 512);
+        assert!((99..=100).contains(&t), "50,000/s capacity × 2 ms: {t}");
+        // Nothing finished since (the one worker blocks): the estimate stands.
+        assert_eq!(pace.target(5, 100_000, 1, 512), t);
     }
 }

@@ -356,7 +356,7 @@ fn runtime(out: &mut String, r: &Report, h: &str) {
          before the backlog was empty (rate over the work done). Steady: the producers run for \
          the window while the runtime works; jobs/s = handlers started in the window (produced \
          per second in brackets). The runtime claims ahead of its workers (default `prefetch`: \
-         up to two claims in flight per queue, each sized by the handlers' finish rate, so no-op \
+         up to two claims in flight per queue, each sized by the workers' capacity (workers ÷ time per task), so no-op \
          handlers claim hundreds of tasks per transaction with any number of workers). Acks: \
          `completer` = batched `ack_many` (flush at 100 or 5 ms, up to 4 flushes at once), \
          `inline` = each handler acks its own task.\n"
