@@ -9,7 +9,7 @@
 //! ```
 //!
 //! which expands to one `#[tokio::test]` per case with the stable names `c01_round_trip` …
-//! `c53_list_children`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
+//! `c54_enqueue_wakes_enough_waiters`, `q1_quota_hard_limit` … `q5_quota_concurrent_race` (so
 //! `cargo test -p my-backend c07` filters, and one failure hides no other). [`run_all`] runs the
 //! same list in-process and reports per case; `taskgate check <url>` prints that report.
 //!
@@ -294,6 +294,7 @@ macro_rules! __with_cases {
             c51_audit_commits_with_mutation,
             c52_queue_stats,
             c53_list_children,
+            c54_enqueue_wakes_enough_waiters,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

@@ -2,25 +2,82 @@
 //! one waiting loop every backend's `dequeue` runs (contract §3.4 "Dequeue", extensions §E2).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::{Clock, Error, Result, Task};
 
-/// A generation counter that in-process writes bump and claimers wait on.
+/// Wakes blocked claimers: every one at once ([`WakeHub::wake`]) or, for tasks made ready on
+/// one queue, only as many as can take them ([`WakeHub::wake_ready`]).
 ///
 /// Claimers take a [`WakeListener`] *before* they look for work, so a write that lands between
 /// "found nothing" and "start waiting" is never missed (notes §15.8).
+///
+/// A counted wake (`k` tasks ready on queue `q`) wakes the longest-waiting listeners on `q`
+/// until their batch sizes cover `k`; the others sleep on. None is left asleep past work it
+/// could take: a woken listener that leaves without looking again (its claim returned other
+/// work, its call was dropped, its look failed) passes the wake on to the next listener on
+/// that queue, and a claimer that comes back finds the work on its first look.
 #[derive(Debug)]
 pub struct WakeHub {
     tx: watch::Sender<u64>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    waiters: Mutex<Vec<Arc<Waiter>>>,
+    next: AtomicU64,
+}
+
+/// One registered listener of counted wakes.
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    queues: Vec<String>,
+    batch: usize,
+    notify: Notify,
+    /// The queue (index into `queues`) a counted wake named, until the listener looks again.
+    woken: AtomicUsize,
+}
+
+const NOT_WOKEN: usize = usize::MAX;
+
+impl Shared {
+    fn waiters(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Waiter>>> {
+        // Pushes and removals only: a poisoned list is still consistent.
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake_ready(&self, queue: &str, ready: usize, skip: u64) {
+        if ready == 0 {
+            return;
+        }
+        let mut covered = 0usize;
+        for w in self.waiters().iter() {
+            if w.id == skip {
+                continue;
+            }
+            let Some(i) = w.queues.iter().position(|q| q == queue) else { continue };
+            // Only a fresh wake counts: a listener woken earlier may be taking that work.
+            if w.woken.compare_exchange(NOT_WOKEN, i, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                w.notify.notify_one();
+                covered = covered.saturating_add(w.batch.max(1));
+                if covered >= ready {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 impl WakeHub {
     /// A new hub.
     pub fn new() -> Self {
-        WakeHub { tx: watch::Sender::new(0) }
+        WakeHub { tx: watch::Sender::new(0), shared: Arc::default() }
     }
 
     /// Wakes every current listener.
@@ -28,11 +85,46 @@ impl WakeHub {
         self.tx.send_modify(|generation| *generation = generation.wrapping_add(1));
     }
 
+    /// `ready` tasks became claimable on `queue`: wakes the longest-waiting listeners that
+    /// watch `queue` until their batch sizes cover `ready` (listeners made with
+    /// [`WakeHub::listener`] only hear [`WakeHub::wake`]).
+    pub fn wake_ready(&self, queue: &str, ready: usize) {
+        self.shared.wake_ready(queue, ready, u64::MAX);
+    }
+
+    /// Wakes what a committed write made claimable.
+    pub fn wake_for(&self, wakes: &Wakes) {
+        if wakes.all {
+            self.wake();
+            return;
+        }
+        for (queue, ready) in &wakes.ready {
+            self.wake_ready(queue, *ready);
+        }
+    }
+
     /// A listener that fires on the next [`WakeHub::wake`] after this call.
     pub fn listener(&self) -> WakeListener {
         let mut rx = self.tx.subscribe();
         rx.borrow_and_update();
-        WakeListener { rx }
+        WakeListener { rx, counted: None }
+    }
+
+    /// A listener that fires on the next [`WakeHub::wake`], or on a [`WakeHub::wake_ready`]
+    /// of one of `queues` that picks it, after this call; `batch` is how many tasks its
+    /// claimer takes at once.
+    pub fn listener_for(&self, queues: &[String], batch: usize) -> WakeListener {
+        let mut listener = self.listener();
+        let waiter = Arc::new(Waiter {
+            id: self.shared.next.fetch_add(1, Ordering::Relaxed),
+            queues: queues.to_vec(),
+            batch,
+            notify: Notify::new(),
+            woken: AtomicUsize::new(NOT_WOKEN),
+        });
+        self.shared.waiters().push(waiter.clone());
+        listener.counted = Some((self.shared.clone(), waiter));
+        listener
     }
 }
 
@@ -42,18 +134,83 @@ impl Default for WakeHub {
     }
 }
 
+/// What a committed write made claimable: the waiters to wake after its commit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wakes {
+    all: bool,
+    ready: Vec<(String, usize)>,
+}
+
+impl Wakes {
+    /// Wake every waiter (work whose queue or amount is not counted: a woken child, a
+    /// resumed queue, a requeue).
+    pub fn all(&mut self) {
+        self.all = true;
+        self.ready.clear();
+    }
+
+    /// One more task ready on `queue`.
+    pub fn ready(&mut self, queue: &str) {
+        if self.all {
+            return;
+        }
+        match self.ready.iter_mut().find(|(q, _)| q == queue) {
+            Some((_, n)) => *n += 1,
+            None => self.ready.push((queue.to_owned(), 1)),
+        }
+    }
+
+    /// True when some waiter is to be woken.
+    pub fn any(&self) -> bool {
+        self.all || !self.ready.is_empty()
+    }
+}
+
 /// Waits for the next wake of a [`WakeHub`].
 #[derive(Debug)]
 pub struct WakeListener {
     rx: watch::Receiver<u64>,
+    counted: Option<(Arc<Shared>, Arc<Waiter>)>,
 }
 
 impl WakeListener {
     /// Completes on the next wake (at once if one happened since the listener was made).
     pub async fn changed(&mut self) {
-        if self.rx.changed().await.is_err() {
-            // The hub is gone; nothing can wake us again.
-            futures::future::pending::<()>().await;
+        let (rx, counted) = (&mut self.rx, &self.counted);
+        let counted = async move {
+            match counted {
+                Some((_, w)) => w.notify.notified().await,
+                None => futures::future::pending().await,
+            }
+        };
+        tokio::pin!(counted);
+        tokio::select! {
+            r = rx.changed() => {
+                if r.is_err() {
+                    // The hub is gone; only a counted wake can still come.
+                    counted.as_mut().await;
+                }
+            }
+            () = counted.as_mut() => {}
+        }
+    }
+
+    /// The claimer is about to look again: a counted wake received so far is taken up.
+    pub fn looking(&self) {
+        if let Some((_, w)) = &self.counted {
+            w.woken.store(NOT_WOKEN, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for WakeListener {
+    fn drop(&mut self) {
+        let Some((shared, w)) = self.counted.take() else { return };
+        shared.waiters().retain(|x| x.id != w.id);
+        // Woken but leaving without looking: the work is someone else's to take.
+        let i = w.woken.swap(NOT_WOKEN, Ordering::AcqRel);
+        if let Some(queue) = w.queues.get(i) {
+            shared.wake_ready(queue, w.batch.max(1), w.id);
         }
     }
 }
@@ -71,6 +228,16 @@ pub enum Probe {
     },
 }
 
+/// What a waiting claimer claims: the queues it watches and how many tasks it takes at once
+/// (for [`WakeHub::wake_ready`]). No queues: it hears only [`WakeHub::wake`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Interest<'a> {
+    /// The queues it claims from.
+    pub queues: &'a [String],
+    /// The most tasks one claim takes.
+    pub batch: usize,
+}
+
 /// Why a waiting claimer looks for work (the argument of [`wait_for_work`]'s probe).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Look {
@@ -84,12 +251,14 @@ pub enum Look {
 }
 
 /// The waiting loop of `dequeue`: probe, and while nothing is ready wait for the first of an
-/// in-process wake, the next due time on `clock`, a real-time `poll` (other processes' writes),
+/// in-process wake (every wake, and the counted wakes of `interest`'s queues that pick this
+/// claimer), the next due time on `clock`, a real-time `poll` (other processes' writes),
 /// or the broker closing (then `Closed`). The probe should itself check the lifecycle; it is
 /// told why it looks ([`Look`]), so a backend may claim at once after a wake-up instead of
 /// looking first.
 pub async fn wait_for_work<F, Fut>(
     hub: &WakeHub,
+    interest: Interest<'_>,
     life: &Lifecycle,
     clock: &dyn Clock,
     poll: Option<Duration>,
@@ -105,7 +274,10 @@ where
         if *closed.borrow_and_update() {
             return Err(Error::Closed);
         }
-        let mut listener = hub.listener();
+        let listener = match interest.queues {
+            [] => hub.listener(),
+            queues => hub.listener_for(queues, interest.batch),
+        };
         let next_due_in = match probe(look).await {
             Ok(Probe::Claimed(tasks)) if !tasks.is_empty() => return Ok(tasks),
             Ok(Probe::Claimed(_)) => None,
@@ -127,12 +299,15 @@ where
                 None => futures::future::pending().await,
             }
         };
+        let mut listener = listener;
         look = tokio::select! {
-            _ = listener.changed() => Look::Woken,
-            _ = due => Look::Timer,
-            _ = polled => Look::Timer,
+            () = listener.changed() => Look::Woken,
+            () = due => Look::Timer,
+            () = polled => Look::Timer,
             _ = closed.changed() => Look::Timer,
         };
+        // Every way out of the wait looks again: a counted wake is taken up, not passed on.
+        listener.looking();
     }
 }
 
@@ -213,7 +388,7 @@ mod tests {
         let clock = ManualClock::at_contract_epoch();
         let probes = AtomicUsize::new(0);
         let looks = std::sync::Mutex::new(Vec::new());
-        let got = wait_for_work(&hub, &life, &clock, None, |look| {
+        let got = wait_for_work(&hub, Interest::default(), &life, &clock, None, |look| {
             looks.lock().unwrap().push(look);
             let n = probes.fetch_add(1, Ordering::SeqCst);
             let hub = hub.clone();
@@ -238,7 +413,7 @@ mod tests {
         let clock = ManualClock::at_contract_epoch();
         let closer = life.clone();
         let waiter = async {
-            wait_for_work(&hub, &life, &clock, None, |_| async {
+            wait_for_work(&hub, Interest::default(), &life, &clock, None, |_| async {
                 Ok(Probe::Idle { next_due_in: None })
             })
             .await
@@ -255,18 +430,138 @@ mod tests {
         let hub = WakeHub::new();
         let life = Lifecycle::new();
         let clock = ManualClock::at_contract_epoch();
-        let res = wait_for_work(&hub, &life, &clock, None, |_| async {
+        let res = wait_for_work(&hub, Interest::default(), &life, &clock, None, |_| async {
             life.close(); // the pool closes under the probe
             Err(Error::backend("test", "pool closed"))
         })
         .await;
         assert_eq!(res.err().map(|e| e.kind()), Some(crate::ErrorKind::Closed));
         let open = Lifecycle::new();
-        let res = wait_for_work(&hub, &open, &clock, None, |_| async {
+        let res = wait_for_work(&hub, Interest::default(), &open, &clock, None, |_| async {
             Err(Error::backend("test", "disk full"))
         })
         .await;
         assert_eq!(res.err().map(|e| e.kind()), Some(crate::ErrorKind::Backend));
+    }
+
+    fn q(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    /// True when the listener has a wake pending (polls it once).
+    fn fired(l: &mut WakeListener) -> bool {
+        use std::task::{Context, Poll};
+        let waker = futures::task::noop_waker();
+        let fut = l.changed();
+        tokio::pin!(fut);
+        matches!(fut.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(()))
+    }
+
+    #[tokio::test]
+    async fn a_counted_wake_wakes_as_many_as_the_work_needs_oldest_first() {
+        let hub = WakeHub::new();
+        let (work, other) = (q(&["work"]), q(&["other", "work"]));
+        let mut a = hub.listener_for(&work, 100);
+        let mut b = hub.listener_for(&other, 100);
+        let mut c = hub.listener_for(&work, 100);
+        let mut d = hub.listener_for(&q(&["other"]), 100);
+        hub.wake_ready("work", 100);
+        assert_eq!(
+            [fired(&mut a), fired(&mut b), fired(&mut c), fired(&mut d)],
+            [true, false, false, false]
+        );
+        a.looking();
+        hub.wake_ready("work", 101);
+        assert_eq!([fired(&mut a), fired(&mut b), fired(&mut c)], [true, true, false]);
+        a.looking();
+        b.looking();
+        hub.wake_ready("work", 1_000);
+        assert!(fired(&mut a) && fired(&mut b) && fired(&mut c), "all three, not more than exist");
+        assert!(!fired(&mut d), "another queue's waiter sleeps on");
+        hub.wake();
+        assert!(fired(&mut d), "a wake of all reaches every listener");
+    }
+
+    #[tokio::test]
+    async fn a_woken_listener_that_leaves_without_looking_passes_the_wake_on() {
+        let hub = WakeHub::new();
+        let work = q(&["work"]);
+        let a = hub.listener_for(&work, 10);
+        let mut b = hub.listener_for(&work, 10);
+        hub.wake_ready("work", 5);
+        assert!(!fired(&mut b));
+        drop(a); // its claim returned other work, or its call was dropped
+        assert!(fired(&mut b), "the next listener on the queue got the wake");
+        b.looking();
+        let mut c = hub.listener_for(&work, 10);
+        drop(b); // took the wake up before leaving: nothing to pass on
+        assert!(!fired(&mut c));
+    }
+
+    #[tokio::test]
+    async fn a_counted_wake_with_nobody_waiting_is_seen_by_the_next_look() {
+        let hub = Arc::new(WakeHub::new());
+        let life = Lifecycle::new();
+        let clock = ManualClock::at_contract_epoch();
+        let work = q(&["work"]);
+        let ready = Arc::new(AtomicUsize::new(0));
+        // Work committed (and its wake sent) before anyone waits.
+        ready.store(1, Ordering::SeqCst);
+        hub.wake_ready("work", 1);
+        let interest = Interest { queues: &work, batch: 1 };
+        let got = wait_for_work(&hub, interest, &life, &clock, None, |_| {
+            let ready = ready.clone();
+            async move {
+                match ready.swap(0, Ordering::SeqCst) {
+                    0 => Ok(Probe::Idle { next_due_in: None }),
+                    _ => Ok(Probe::Claimed(vec![Task::new("t", "work")])),
+                }
+            }
+        })
+        .await;
+        assert_eq!(got.map(|t| t.len()).ok(), Some(1));
+    }
+
+    #[tokio::test]
+    async fn one_counted_wake_of_one_task_wakes_one_of_two_waiters() {
+        let hub = Arc::new(WakeHub::new());
+        let life = Arc::new(Lifecycle::new());
+        let clock = Arc::new(ManualClock::at_contract_epoch());
+        let work = Arc::new(q(&["work"]));
+        let ready = Arc::new(AtomicUsize::new(0));
+        let probes = Arc::new(AtomicUsize::new(0));
+        let waiter = |hub: Arc<WakeHub>| {
+            let (life, clock, work) = (life.clone(), clock.clone(), work.clone());
+            let (ready, probes) = (ready.clone(), probes.clone());
+            tokio::spawn(async move {
+                let interest = Interest { queues: &work, batch: 1 };
+                wait_for_work(&hub, interest, &life, &*clock, None, |_| {
+                    probes.fetch_add(1, Ordering::SeqCst);
+                    let took = ready
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    async move {
+                        match took {
+                            true => Ok(Probe::Claimed(vec![Task::new("t", "work")])),
+                            false => Ok(Probe::Idle { next_due_in: None }),
+                        }
+                    }
+                })
+                .await
+            })
+        };
+        let (x, y) = (waiter(hub.clone()), waiter(hub.clone()));
+        while probes.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        ready.store(1, Ordering::SeqCst);
+        hub.wake_ready("work", 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(probes.load(Ordering::SeqCst), 3, "one waiter looked again, not both");
+        assert_eq!(u8::from(x.is_finished()) + u8::from(y.is_finished()), 1);
+        life.close();
+        let _ = (x.await, y.await);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use taskgate::audit::{records_rejection, validate_action};
-use taskgate::wake::{wait_for_work, Look, Probe};
+use taskgate::wake::{wait_for_work, Interest, Look, Probe};
 use taskgate::{
     validate, AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions,
     Capabilities, Counts, Error, Failure, Filter, Limits, PruneRequest, QueueList, QueueStats,
@@ -383,7 +383,8 @@ impl Broker for SqlBroker {
         let queues = Self::claim_args(queues, max)?;
         let core = &self.core;
         let poll = Some(core.poll_interval);
-        wait_for_work(&core.hub, &core.life, &*opts.clock, poll, |look| {
+        let interest = Interest { queues: &queues, batch: max };
+        wait_for_work(&core.hub, interest, &core.life, &*opts.clock, poll, |look| {
             self.probe_and_claim(opts.clone(), queues.clone(), max, look)
         })
         .await
@@ -672,10 +673,8 @@ impl SqlBroker {
         let e = match (stored, e) {
             (Ok(stored), e) => {
                 if let Some(i) = resolve::applied_enqueue(&stored, &unknown) {
-                    let (value, snapshots, woke) = unknown.into_iter().nth(i).unwrap_or_default();
-                    if woke {
-                        self.core.hub.wake();
-                    }
+                    let (value, snapshots, wakes) = unknown.into_iter().nth(i).unwrap_or_default();
+                    self.core.hub.wake_for(&wakes);
                     opts.notifier.publish(snapshots);
                     return Ok(value);
                 }
@@ -767,11 +766,9 @@ impl SqlBroker {
             }
         }
         // The lost attempt that was applied committed whole: publish what it would have.
-        for ((_, now), snapshots, woke) in unknown {
+        for ((_, now), snapshots, wakes) in unknown {
             if now.is_some_and(|now| applied.contains(&now)) {
-                if woke {
-                    self.core.hub.wake();
-                }
+                self.core.hub.wake_for(&wakes);
                 opts.notifier.publish(snapshots);
             }
         }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use taskgate::wake::{Lifecycle, WakeHub};
+use taskgate::wake::{Lifecycle, WakeHub, Wakes};
 use taskgate::{Error, ResolvedOptions, Task, Timestamp};
 
 use crate::dialect::{rewrite_placeholders, Placeholder, RetryClass, TimeSource};
@@ -325,7 +325,7 @@ pub(crate) struct Tx<'c> {
     pub(crate) opts: &'c ResolvedOptions,
     now: Option<Timestamp>,
     pub(crate) snapshots: Vec<Task>,
-    pub(crate) woke: bool,
+    pub(crate) wakes: Wakes,
 }
 
 impl<'c> Tx<'c> {
@@ -335,7 +335,7 @@ impl<'c> Tx<'c> {
         opts: &'c ResolvedOptions,
     ) -> Tx<'c> {
         let now = core.local_now(opts);
-        Tx { conn, core, opts, now, snapshots: Vec::new(), woke: false }
+        Tx { conn, core, opts, now, snapshots: Vec::new(), wakes: Wakes::default() }
     }
 
     /// Runs a statement; returns rows affected.
@@ -393,9 +393,15 @@ impl<'c> Tx<'c> {
         }
     }
 
-    /// Marks that waiters must be woken after commit.
+    /// Marks that every waiter must be woken after commit.
     pub(crate) fn wake(&mut self) {
-        self.woke = true;
+        self.wakes.all();
+    }
+
+    /// Marks one task made ready on `queue`: after commit, waiters on it are woken as far as
+    /// their batches need (a counted wake).
+    pub(crate) fn wake_ready(&mut self, queue: &str) {
+        self.wakes.ready(queue);
     }
 }
 
@@ -411,7 +417,7 @@ pub(crate) enum Attempt<T> {
 }
 
 /// A transaction body's value with the Notify snapshots and the wake-up it produced.
-pub(crate) type Settled<T> = (T, Vec<Task>, bool);
+pub(crate) type Settled<T> = (T, Vec<Task>, Wakes);
 
 /// How long a write whose COMMIT's outcome is unknown keeps trying to find out (retrying on a
 /// fresh connection while the server cannot be reached) before it reports the outcome as
@@ -503,10 +509,8 @@ impl<'r, T: Send> TxRun<'r, T> {
             attempt += 1;
             let outcome = self.attempt(args, &mut body).await;
             match outcome {
-                Attempt::Done((value, snapshots, woke)) => {
-                    if woke {
-                        core.hub.wake();
-                    }
+                Attempt::Done((value, snapshots, wakes)) => {
+                    core.hub.wake_for(&wakes);
                     opts.notifier.publish(snapshots);
                     break Ok(value);
                 }
@@ -567,14 +571,16 @@ impl<'r, T: Send> TxRun<'r, T> {
         let result = {
             let mut tx = Tx::new(wtx.conn(), core, self.opts);
             match body(&mut tx, args).await {
-                Ok(value) => Ok((value, std::mem::take(&mut tx.snapshots), tx.woke)),
+                Ok(value) => {
+                    Ok((value, std::mem::take(&mut tx.snapshots), std::mem::take(&mut tx.wakes)))
+                }
                 Err(e) => Err(e),
             }
         };
         match result {
             Ok(done) => {
                 core.run_before_commit_hook(self.op);
-                match wtx.commit(done.2).await {
+                match wtx.commit(done.2.any()).await {
                     Ok(()) => Attempt::Done(done),
                     Err(e) if core.dialect.is_connection_lost(&e) => {
                         Attempt::CommitUnknown(e, done)

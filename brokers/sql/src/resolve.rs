@@ -142,8 +142,15 @@ mod tests {
         let first = written();
         let mut second = written();
         second.created_at = Timestamp::from_millis(9);
-        let attempts =
-            vec![(vec![first.clone()], vec![], false), (vec![second.clone()], vec![], true)];
+        let woke = || {
+            let mut wakes = taskgate::wake::Wakes::default();
+            wakes.ready("q");
+            wakes
+        };
+        let attempts = vec![
+            (vec![first.clone()], vec![], taskgate::wake::Wakes::default()),
+            (vec![second.clone()], vec![], woke()),
+        ];
         let stored = HashMap::from([(second.id.clone(), second)]);
         assert_eq!(applied_enqueue(&stored, &attempts), Some(1));
         assert_eq!(applied_enqueue(&HashMap::new(), &attempts), None);

@@ -63,4 +63,6 @@ pub use quota::{
 pub use race::c32_reap_race;
 pub use resume::c26_operator_resume;
 pub use steps::{c23_step_checkpoint, c24_step_cancel};
-pub use wake::{c41_writes_wake_waiters, c47_cross_process_wakeup};
+pub use wake::{
+    c41_writes_wake_waiters, c47_cross_process_wakeup, c54_enqueue_wakes_enough_waiters,
+};

@@ -138,3 +138,97 @@ pub async fn c47_cross_process_wakeup(factory: &dyn Factory) -> CaseResult {
     assert_eq!((again.id.as_str(), again.attempts), ("x", 1), "the retried task");
     h.finish().await
 }
+
+/// A claimer blocked in `dequeue_many(queues, max)` on `h`'s broker.
+fn claimer(h: &Harness, queues: &'static [&'static str], max: usize) -> Claimer {
+    let broker = h.broker.clone();
+    tokio::spawn(async move { broker.dequeue_many(&queues, max).await })
+}
+
+type Claimer = tokio::task::JoinHandle<taskgate::Result<Vec<Task>>>;
+
+/// Waits (5 s at most) until the claimers finished have claimed `n` tasks between them;
+/// returns their IDs and how many claimers returned, then checks for 100 ms that no other
+/// claimer returns (none has anything left to claim).
+async fn claimed_by(claimers: &mut Vec<Claimer>, n: usize, by: &str) -> (Vec<String>, usize) {
+    let deadline = tokio::time::Instant::now() + SAFETY_TIMEOUT;
+    let mut ids = Vec::new();
+    let mut returned = 0;
+    loop {
+        let mut i = 0;
+        while i < claimers.len() {
+            if !claimers[i].is_finished() {
+                i += 1;
+                continue;
+            }
+            let joined = claimers.swap_remove(i).await;
+            let tasks = match joined {
+                Ok(Ok(tasks)) => tasks,
+                Ok(Err(e)) => panic!("a claimer waiting for {by} failed: {e}"),
+                Err(e) => panic!("a claimer waiting for {by} ended abnormally: {e}"),
+            };
+            assert!(!tasks.is_empty(), "a claimer waiting for {by} returned no task");
+            returned += 1;
+            ids.extend(tasks.into_iter().map(|t| t.id));
+        }
+        if ids.len() >= n {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{by}: only {} of {n} tasks claimed by the waiting claimers within {SAFETY_TIMEOUT:?} \
+             (a commit that made work ready left a waiter asleep)",
+            ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(crate::REAL_WINDOW).await;
+    let extra = claimers.iter().filter(|c| c.is_finished()).count();
+    assert_eq!(extra, 0, "{by}: a claimer returned with nothing left to claim");
+    ids.sort();
+    (ids, returned)
+}
+
+/// `n` ready tasks `{prefix}0`… on `queue`.
+fn batch(prefix: &str, queue: &str, n: usize) -> Vec<Task> {
+    (0..n).map(|i| task(&format!("{prefix}{i}"), "job", queue)).collect()
+}
+
+/// Given a handle that polls once a minute, one `enqueue_many` that makes several tasks
+/// ready wakes enough waiting claimers to take every one of them at once (within the 5 s hang
+/// bound), however few waiters the backend wakes per commit (§E2.5, "Wake-ups" in
+/// `docs/decisions.md`): six claimers of one task wait on qw (the oldest also on
+/// qa), one on qa only; four tasks on qw go to four claimers, each task once, and the others
+/// stay blocked. Three claimers of up to three tasks wait on qb: seven tasks go to them
+/// whole (3 + 3 + 1). A claimer whose wake another took first is woken by the next commit:
+/// one more task on qw goes to one of the two left.
+pub async fn c54_enqueue_wakes_enough_waiters(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::polling_every(factory, SLOW_POLL).await?;
+    let qa = vec![claimer(&h, &["qa"], 1)];
+    let mut qw = vec![claimer(&h, &["qa", "qw"], 1)];
+    for _ in 0..5 {
+        qw.push(claimer(&h, &["qw"], 1));
+    }
+    tokio::time::sleep(crate::REAL_WINDOW).await;
+    assert!(qw.iter().chain(&qa).all(|c| !c.is_finished()), "a claimer returned with no work");
+    h.broker.enqueue_many(&batch("w", "qw", 4)).await?;
+    let (ids, returned) = claimed_by(&mut qw, 4, "four tasks on qw").await;
+    assert_eq!(ids, ["w0", "w1", "w2", "w3"], "each of the four tasks claimed once");
+    assert_eq!(returned, 4, "four claimers of one task each");
+    assert!(!qa[0].is_finished(), "the claimer on qa only stays blocked");
+
+    let mut qb: Vec<Claimer> = (0..3).map(|_| claimer(&h, &["qb"], 3)).collect();
+    tokio::time::sleep(crate::REAL_WINDOW).await;
+    h.broker.enqueue_many(&batch("b", "qb", 7)).await?;
+    let (ids, returned) = claimed_by(&mut qb, 7, "seven tasks on qb").await;
+    assert_eq!(ids.len(), 7, "each of the seven tasks claimed once: {ids:?}");
+    assert_eq!(returned, 3, "three claimers took them (3 + 3 + 1)");
+
+    h.enqueue(task("late", "job", "qw")).await;
+    let (ids, _) = claimed_by(&mut qw, 1, "one more task on qw").await;
+    assert_eq!(ids, ["late"], "the next commit reached a claimer left waiting");
+    for c in qw.iter().chain(&qa) {
+        c.abort();
+    }
+    h.finish().await
+}

@@ -42,6 +42,8 @@ OPTIONS:
   --long               the long mode: each backend's soak runs 30 minutes instead of 5
   --soak-secs <S>      seconds each backend's soak runs (default 300; --quick: 5)
   --soak-rate <R>      jobs per second the soak's producer enqueues (default 500)
+  --pipelines-only     only the end-to-end pipelines (2 producers, 16 and 2 claimers, batch
+                       100) on the selected backends, printed; docs/ and README.md left alone
   --soak-only          only the soak (sustained load with pruning: PostgreSQL, SQLite, MySQL
                        and memory) on the selected backends; writes soak.md and soak.svg in the
                        output directory and leaves docs/ and README.md alone
@@ -62,6 +64,7 @@ struct Args {
     docs: bool,
     wait_quiet: bool,
     runtime_only: bool,
+    pipelines_only: bool,
     soak_only: bool,
 }
 
@@ -87,6 +90,7 @@ fn parse_args() -> Result<Option<Args>> {
         docs: true,
         wait_quiet: false,
         runtime_only: false,
+        pipelines_only: false,
         soak_only: false,
     };
     let mut soak = None;
@@ -121,6 +125,10 @@ fn parse_args() -> Result<Option<Args>> {
                 soak = Some(Duration::from_secs_f64(value("--soak-secs")?.parse()?));
             }
             "--soak-rate" => args.plan.soak_rate = value("--soak-rate")?.parse()?,
+            "--pipelines-only" => {
+                args.pipelines_only = true;
+                args.docs = false;
+            }
             "--soak-only" => {
                 args.soak_only = true;
                 args.docs = false;
@@ -222,6 +230,8 @@ async fn report(args: Args) -> Result<()> {
             run::soak(&env, backend, &args.plan, &mut report).await;
         } else if args.runtime_only {
             run::runtime_only(&env, backend, &args.plan, &mut report).await;
+        } else if args.pipelines_only {
+            run::pipelines(&env, backend, &args.plan, &mut report).await;
         } else {
             run::backend(&env, backend, &args.plan, &mut report).await;
         }
@@ -243,6 +253,16 @@ async fn fsync_probe() -> Option<benches::stats::Percentiles> {
 
 fn write(report: &Report, args: &Args) -> Result<()> {
     std::fs::create_dir_all(&args.out)?;
+    if args.pipelines_only {
+        for cell in &report.pipelines {
+            let rate = match &cell.rate {
+                Ok(r) => format!("{r:.0} jobs/s"),
+                Err(e) => format!("failed: {e}"),
+            };
+            println!("{} pipeline c{}: {rate}", cell.backend, cell.claimers);
+        }
+        return Ok(());
+    }
     if args.runtime_only {
         let md = markdown::render_runtime_only(report);
         std::fs::write(args.out.join("runtime.md"), &md)?;

@@ -375,7 +375,8 @@ async fn pickups(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) 
     }
 }
 
-async fn pipelines(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
+/// The end-to-end pipelines on `backend` (16 and 2 claimers).
+pub(crate) async fn pipelines(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
     for claimers in [16, 2] {
         pipeline(env, backend, plan, claimers, report).await;
     }

@@ -92,7 +92,7 @@ pub(crate) async fn enqueue_plain(
     for row in &rows {
         tx.snapshot(&row.task);
         if row.task.status == Status::Pending {
-            tx.wake();
+            tx.wake_ready(&row.task.queue);
         }
     }
     Ok(rows)
@@ -129,7 +129,7 @@ pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task, id: &str) -> Result<Ta
     mark_has_children(tx, &statuses).await?;
     tx.snapshot(&row.task);
     if row.task.status == Status::Pending {
-        tx.wake();
+        tx.wake_ready(&row.task.queue);
     }
     Ok(row)
 }
