@@ -27,9 +27,11 @@ pub async fn backlog(bed: &Bed, queue: &str, n: u64) -> Result<()> {
     if bed.backend == Backend::Memory {
         return enqueue_chunks(&*bed.broker, queue, n).await;
     }
-    let template = bed.broker.enqueue(&Task::new(TASK_TYPE, queue)).await?;
+    // The template waits in a queue nobody claims from: copied while a claimer held it (a
+    // claim still in flight from an earlier runtime), the copies would be born `running`.
+    let template = bed.broker.enqueue(&Task::new(TASK_TYPE, format!("{queue}_template"))).await?;
     let copy = Copy { queue: queue.to_owned(), finished_at: None };
-    replicate(bed, &template.id, n - 1, &copy).await
+    replicate(bed, &template.id, n, &copy).await
 }
 
 /// Adds `n` completed tasks (finished an hour before the template was made) to queue
