@@ -250,12 +250,27 @@ pub enum Look {
     Timer,
 }
 
+/// Real-time pauses before looking again after a look saw ready work but claimed none of it
+/// (rows held by other claimers); after the last, the claimer waits as usual.
+const CONTENDED_RELOOK: [Duration; 8] = [
+    Duration::from_millis(1),
+    Duration::from_millis(2),
+    Duration::from_millis(4),
+    Duration::from_millis(8),
+    Duration::from_millis(16),
+    Duration::from_millis(32),
+    Duration::from_millis(64),
+    Duration::from_millis(128),
+];
+
 /// The waiting loop of `dequeue`: probe, and while nothing is ready wait for the first of an
 /// in-process wake (every wake, and the counted wakes of `interest`'s queues that pick this
 /// claimer), the next due time on `clock`, a real-time `poll` (other processes' writes),
-/// or the broker closing (then `Closed`). The probe should itself check the lifecycle; it is
-/// told why it looks ([`Look`]), so a backend may claim at once after a wake-up instead of
-/// looking first.
+/// or the broker closing (then `Closed`); a look that saw ready work but claimed none of it
+/// (other claimers held the rows) is followed by another within a few milliseconds, backing
+/// off to the usual wait after about a quarter of a second. The probe should itself check
+/// the lifecycle; it is told why it looks ([`Look`]), so a backend may claim at once after a
+/// wake-up instead of looking first.
 pub async fn wait_for_work<F, Fut>(
     hub: &WakeHub,
     interest: Interest<'_>,
@@ -270,6 +285,7 @@ where
 {
     let mut closed = life.closed_tx.subscribe();
     let mut look = Look::First;
+    let mut relooks = 0usize;
     loop {
         if *closed.borrow_and_update() {
             return Err(Error::Closed);
@@ -278,9 +294,16 @@ where
             [] => hub.listener(),
             queues => hub.listener_for(queues, interest.batch),
         };
+        let mut contended = false;
         let next_due_in = match probe(look).await {
             Ok(Probe::Claimed(tasks)) if !tasks.is_empty() => return Ok(tasks),
-            Ok(Probe::Claimed(_)) => None,
+            // Work was seen but the claim got none of it: other claimers' transactions held
+            // those rows (SKIP LOCKED). They may yet leave some unclaimed, and no wake-up
+            // comes for rows that were ready all along, so look again soon.
+            Ok(Probe::Claimed(_)) => {
+                contended = true;
+                None
+            }
             Ok(Probe::Idle { next_due_in }) => next_due_in,
             // A probe cut short by `close` (its pool closed under it) is the close, not a
             // storage failure: the caller gets `Closed`, as a waiter between probes does.
@@ -293,10 +316,20 @@ where
                 None => futures::future::pending().await,
             }
         };
+        let retry = match contended {
+            true => {
+                relooks += 1;
+                CONTENDED_RELOOK.get(relooks - 1).copied()
+            }
+            false => {
+                relooks = 0;
+                None
+            }
+        };
         let polled = async {
-            match poll {
-                Some(p) => tokio::time::sleep(p).await,
-                None => futures::future::pending().await,
+            match (retry, poll) {
+                (Some(p), _) | (None, Some(p)) => tokio::time::sleep(p).await,
+                (None, None) => futures::future::pending().await,
             }
         };
         let mut listener = listener;
@@ -562,6 +595,30 @@ mod tests {
         assert_eq!(u8::from(x.is_finished()) + u8::from(y.is_finished()), 1);
         life.close();
         let _ = (x.await, y.await);
+    }
+
+    #[tokio::test]
+    async fn a_look_that_saw_work_but_claimed_none_looks_again_soon() {
+        let hub = WakeHub::new();
+        let life = Lifecycle::new();
+        let clock = ManualClock::at_contract_epoch();
+        let probes = AtomicUsize::new(0);
+        // No wake, no poll, a clock that never moves: only the re-look can find the task.
+        let got = tokio::time::timeout(
+            Duration::from_secs(5),
+            wait_for_work(&hub, Interest::default(), &life, &clock, None, |_| {
+                let n = probes.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match n {
+                        0..=2 => Ok(Probe::Claimed(Vec::new())), // rows held by other claimers
+                        _ => Ok(Probe::Claimed(vec![Task::new("t", "q")])),
+                    }
+                }
+            }),
+        )
+        .await;
+        assert_eq!(got.ok().and_then(|r| r.ok()).map(|t| t.len()), Some(1));
+        assert_eq!(probes.load(Ordering::SeqCst), 4);
     }
 
     #[test]
