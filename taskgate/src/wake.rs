@@ -250,18 +250,9 @@ pub enum Look {
     Timer,
 }
 
-/// Real-time pauses before looking again after a look saw ready work but claimed none of it
-/// (rows held by other claimers); after the last, the claimer waits as usual.
-const CONTENDED_RELOOK: [Duration; 8] = [
-    Duration::from_millis(1),
-    Duration::from_millis(2),
-    Duration::from_millis(4),
-    Duration::from_millis(8),
-    Duration::from_millis(16),
-    Duration::from_millis(32),
-    Duration::from_millis(64),
-    Duration::from_millis(128),
-];
+/// Looks again after a look saw ready work but claimed none of it (rows held by other
+/// claimers): after 1, 2, 4 … 128 ms of real time; then the claimer waits as usual.
+const CONTENDED_RELOOKS: u32 = 8;
 
 /// The waiting loop of `dequeue`: probe, and while nothing is ready wait for the first of an
 /// in-process wake (every wake, and the counted wakes of `interest`'s queues that pick this
@@ -285,7 +276,7 @@ where
 {
     let mut closed = life.closed_tx.subscribe();
     let mut look = Look::First;
-    let mut relooks = 0usize;
+    let mut relooks = 0u32;
     loop {
         if *closed.borrow_and_update() {
             return Err(Error::Closed);
@@ -319,7 +310,7 @@ where
         let retry = match contended {
             true => {
                 relooks += 1;
-                CONTENDED_RELOOK.get(relooks - 1).copied()
+                (relooks <= CONTENDED_RELOOKS).then(|| Duration::from_millis(1 << (relooks - 1)))
             }
             false => {
                 relooks = 0;
@@ -483,11 +474,8 @@ mod tests {
 
     /// True when the listener has a wake pending (polls it once).
     fn fired(l: &mut WakeListener) -> bool {
-        use std::task::{Context, Poll};
-        let waker = futures::task::noop_waker();
-        let fut = l.changed();
-        tokio::pin!(fut);
-        matches!(fut.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(()))
+        use futures::FutureExt;
+        l.changed().now_or_never().is_some()
     }
 
     #[tokio::test]
