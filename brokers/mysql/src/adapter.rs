@@ -99,7 +99,10 @@ impl Runner {
         sql: &str,
         args: &[Value],
     ) -> DbResult<u64> {
-        let done = codec::bind(sql, args).execute(conn).await;
+        let done = match codec::bind(sql, args) {
+            Ok(query) => query.execute(conn).await,
+            Err(e) => return Err(e),
+        };
         self.health.outcome(done.as_ref().err());
         done.map(|r| r.rows_affected())
     }
@@ -111,7 +114,10 @@ impl Runner {
         args: &[Value],
         kinds: &[Kind],
     ) -> DbResult<Vec<Row>> {
-        let rows = codec::bind(sql, args).fetch_all(conn).await;
+        let rows = match codec::bind(sql, args) {
+            Ok(query) => query.fetch_all(conn).await,
+            Err(e) => return Err(e),
+        };
         self.health.outcome(rows.as_ref().err());
         codec::decode_rows(&rows?, kinds)
     }

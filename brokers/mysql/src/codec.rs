@@ -10,12 +10,19 @@ use sqlx::query::Query;
 use sqlx::{Decode, Row as _, TypeInfo, ValueRef};
 use taskgate_sql::{DbError, Kind, Row, Value};
 
-/// A statement with `args` bound in order.
-pub(crate) fn bind<'q>(sql: &'q str, args: &'q [Value]) -> Query<'q, MySql, MySqlArguments> {
+/// A statement with `args` bound in order; array arguments are refused (MySQL has none,
+/// and the dialect never asks for them).
+pub(crate) fn bind<'q>(
+    sql: &'q str,
+    args: &'q [Value],
+) -> Result<Query<'q, MySql, MySqlArguments>, DbError> {
+    Value::refuse_arrays("mysql", args)?;
     let mut query = sqlx::query(sql);
     for arg in args {
         query = match arg {
-            Value::Null(Kind::Int) => query.bind(None::<i64>),
+            Value::Null(Kind::Int) | Value::TextArray(_) | Value::BytesArray(_) => {
+                query.bind(None::<i64>)
+            }
             Value::Null(Kind::Text) => query.bind(None::<&str>),
             Value::Null(Kind::Bytes) => query.bind(None::<&[u8]>),
             Value::Int(i) => query.bind(*i),
@@ -23,7 +30,7 @@ pub(crate) fn bind<'q>(sql: &'q str, args: &'q [Value]) -> Query<'q, MySql, MySq
             Value::Bytes(b) => query.bind(b.as_slice()),
         };
     }
-    query
+    Ok(query)
 }
 
 /// Decodes every row: column `i` as `kinds[i]`.

@@ -21,6 +21,8 @@ pub(crate) fn bind<'q>(
         Value::Int(i) => q.bind(*i),
         Value::Text(s) => q.bind(s.as_str()),
         Value::Bytes(b) => q.bind(b.as_slice()),
+        Value::TextArray(v) => q.bind(v.as_slice()),
+        Value::BytesArray(v) => q.bind(v.as_slice()),
     })
 }
 

@@ -130,6 +130,10 @@ impl Dialect for PgDialect {
         true
     }
 
+    fn array_params(&self) -> bool {
+        true
+    }
+
     fn limit_all(&self) -> &'static str {
         "9223372036854775807"
     }

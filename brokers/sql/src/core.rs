@@ -37,6 +37,8 @@ pub(crate) fn args_bytes(args: &[Value]) -> u64 {
             Value::Text(s) => s.len(),
             Value::Bytes(b) => b.len(),
             Value::Int(_) | Value::Null(_) => 8,
+            Value::TextArray(v) => v.iter().map(|s| s.len() + 4).sum(),
+            Value::BytesArray(v) => v.iter().map(|b| b.as_ref().map_or(0, Vec::len) + 4).sum(),
         })
         .sum();
     u64::try_from(values + 11 * args.len() + 64).unwrap_or(u64::MAX)

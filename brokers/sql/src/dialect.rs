@@ -151,6 +151,14 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// True when a list can be bound as one array argument ([`Value::TextArray`],
+    /// [`Value::BytesArray`]) and unnested in SQL (PostgreSQL): a batch ack then joins its
+    /// `(id, token)` pairs by primary key in one statement whose text does not depend on the
+    /// batch size. Default false (SQLite, MySQL/MariaDB: one placeholder per value).
+    fn array_params(&self) -> bool {
+        false
+    }
+
     /// The condition selecting the claimable (pending or retrying) tasks of the queues that
     /// `queue_test` matches (`= ?` or `IN (?, …)`), written so the dialect's ready index
     /// serves it. Claims, the next-due probe and `queue_len` use it.

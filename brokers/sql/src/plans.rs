@@ -71,12 +71,15 @@ impl SqlBroker {
             if !server_now {
                 args.push(t.clone());
             }
-            args.extend([task.clone(), task.clone(), token]);
-            vec![HotStatement {
-                name: "ack",
-                sql: ack::ack_returning_sql(core, 1, false, server_now, false).to_string(),
-                args,
-            }]
+            let sql = if core.dialect.array_params() {
+                args.push(Value::TextArray(vec![id.to_owned()]));
+                args.push(Value::TextArray(vec!["token".to_owned()]));
+                ack::ack_unnest_sql(core, false, server_now, false)
+            } else {
+                args.extend([task.clone(), task.clone(), token]);
+                ack::ack_returning_sql(core, 1, false, server_now, false)
+            };
+            vec![HotStatement { name: "ack", sql: sql.to_string(), args }]
         } else {
             vec![
                 HotStatement {

@@ -28,6 +28,13 @@ pub enum Value {
     Text(String),
     /// Bytes.
     Bytes(Vec<u8>),
+    /// A list of texts bound as one array argument (`TEXT[]`). Only dialects with
+    /// [`Dialect::array_params`](crate::Dialect::array_params) are given one; the other
+    /// adapters refuse it with an error. Never a decoded column.
+    TextArray(Vec<String>),
+    /// A list of nullable byte strings bound as one array argument (`BYTEA[]`), like
+    /// [`Value::TextArray`].
+    BytesArray(Vec<Option<Vec<u8>>>),
 }
 
 impl fmt::Debug for Value {
@@ -37,11 +44,29 @@ impl fmt::Debug for Value {
             Value::Int(i) => write!(f, "{i}"),
             Value::Text(s) => write!(f, "{s:?}"),
             Value::Bytes(b) => write!(f, "<{} bytes>", b.len()),
+            Value::TextArray(v) => write!(f, "{v:?}"),
+            Value::BytesArray(v) => write!(f, "<array of {} byte strings>", v.len()),
         }
     }
 }
 
 impl Value {
+    /// True for the array arguments ([`Value::TextArray`], [`Value::BytesArray`]).
+    pub fn is_array(&self) -> bool {
+        matches!(self, Value::TextArray(_) | Value::BytesArray(_))
+    }
+
+    /// For adapters whose dialect has no array parameters: an encode error naming `backend`
+    /// when `args` hold an array (the engine never sends one there).
+    pub fn refuse_arrays(backend: &str, args: &[Value]) -> Result<(), crate::DbError> {
+        match args.iter().any(Value::is_array) {
+            false => Ok(()),
+            true => Err(crate::DbError::Encode(
+                format!("{backend} statements take no array arguments").into(),
+            )),
+        }
+    }
+
     /// Optional bytes: `None` is a bytes-typed NULL.
     pub fn opt_bytes(bytes: Option<&[u8]>) -> Value {
         bytes.map_or(Value::Null(Kind::Bytes), |b| Value::Bytes(b.to_vec()))
@@ -141,6 +166,7 @@ impl Cols<'_> {
             Value::Bytes(b) => String::from_utf8(b.clone())
                 .map_err(|_| DecodeError(format!("column {i}: text is not UTF-8"))),
             Value::Int(v) => Err(DecodeError(format!("column {i}: expected text, got {v}"))),
+            other => Err(DecodeError(format!("column {i}: expected text, got {other:?}"))),
         }
     }
 
@@ -151,6 +177,7 @@ impl Cols<'_> {
             Value::Bytes(b) => Ok(Some(b.clone())),
             Value::Text(s) => Ok(Some(s.clone().into_bytes())),
             Value::Int(v) => Err(DecodeError(format!("column {i}: expected bytes, got {v}"))),
+            other => Err(DecodeError(format!("column {i}: expected bytes, got {other:?}"))),
         }
     }
 }
@@ -173,6 +200,7 @@ impl TakeCols<'_> {
             Value::Bytes(b) => String::from_utf8(b)
                 .map_err(|_| DecodeError(format!("column {i}: text is not UTF-8"))),
             Value::Int(v) => Err(DecodeError(format!("column {i}: expected text, got {v}"))),
+            other => Err(DecodeError(format!("column {i}: expected text, got {other:?}"))),
         }
     }
 
@@ -183,6 +211,7 @@ impl TakeCols<'_> {
             Value::Bytes(b) => Ok(Some(b)),
             Value::Text(s) => Ok(Some(s.into_bytes())),
             Value::Int(v) => Err(DecodeError(format!("column {i}: expected bytes, got {v}"))),
+            other => Err(DecodeError(format!("column {i}: expected bytes, got {other:?}"))),
         }
     }
 }
@@ -220,5 +249,17 @@ mod tests {
         assert_eq!(c.bytes(2).ok(), Some(None));
         assert!(c.text(5).is_err());
         assert_eq!(row[0], Value::Null(Kind::Int), "a taken column is left NULL");
+    }
+
+    #[test]
+    fn arrays_are_refused_by_name_where_the_dialect_has_none() {
+        let plain = [Value::Int(1), Value::Text("a".into()), Value::Null(Kind::Bytes)];
+        assert!(Value::refuse_arrays("sqlite", &plain).is_ok());
+        for array in [Value::TextArray(vec!["a".into()]), Value::BytesArray(vec![None])] {
+            assert!(array.is_array());
+            let err = Value::refuse_arrays("mysql", &[Value::Int(1), array])
+                .expect_err("an array argument is refused");
+            assert!(err.to_string().contains("mysql statements take no array arguments"), "{err}");
+        }
     }
 }

@@ -15,18 +15,20 @@ use crate::group::GroupWriter;
 
 type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
 
-/// Binds engine values to a query, borrowing text and bytes.
-pub(crate) fn bind<'q>(sql: &'q str, args: &'q [Value]) -> Query<'q> {
+/// Binds engine values to a query, borrowing text and bytes; array arguments are refused
+/// (SQLite has none, and the dialect never asks for them).
+pub(crate) fn bind<'q>(sql: &'q str, args: &'q [Value]) -> DbResult<Query<'q>> {
+    Value::refuse_arrays("sqlite", args)?;
     let mut query = sqlx::query(sql);
     for arg in args {
         query = match arg {
-            Value::Null(_) => query.bind(None::<i64>),
+            Value::Null(_) | Value::TextArray(_) | Value::BytesArray(_) => query.bind(None::<i64>),
             Value::Int(i) => query.bind(*i),
             Value::Text(s) => query.bind(s.as_str()),
             Value::Bytes(b) => query.bind(b.as_slice()),
         };
     }
-    query
+    Ok(query)
 }
 
 /// Decodes a row by the declared kinds.
@@ -53,11 +55,11 @@ pub(crate) struct ConnRef<'c>(pub(crate) &'c mut SqliteConnection);
 #[async_trait]
 impl SqlConn for ConnRef<'_> {
     async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        Ok(bind(sql, args).execute(&mut *self.0).await?.rows_affected())
+        Ok(bind(sql, args)?.execute(&mut *self.0).await?.rows_affected())
     }
 
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        let rows = bind(sql, args).fetch_all(&mut *self.0).await?;
+        let rows = bind(sql, args)?.fetch_all(&mut *self.0).await?;
         rows.iter().map(|r| decode(r, kinds)).collect()
     }
 }
@@ -158,7 +160,7 @@ impl Adapter for SqliteAdapter {
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        let rows = bind(sql, args).fetch_all(&self.readers).await?;
+        let rows = bind(sql, args)?.fetch_all(&self.readers).await?;
         rows.iter().map(|r| decode(r, kinds)).collect()
     }
 

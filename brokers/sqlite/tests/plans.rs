@@ -37,7 +37,7 @@ fn bind<'q>(
     let mut q = sqlx::query(sql);
     for a in args {
         q = match a {
-            Value::Null(_) => q.bind(None::<i64>),
+            Value::Null(_) | Value::TextArray(_) | Value::BytesArray(_) => q.bind(None::<i64>),
             Value::Int(i) => q.bind(*i),
             Value::Text(s) => q.bind(s.as_str()),
             Value::Bytes(b) => q.bind(b.as_slice()),
