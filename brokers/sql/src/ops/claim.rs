@@ -391,8 +391,24 @@ fn mark_claimed(opts: &ResolvedOptions, mut row: TaskRow, now: Timestamp) -> Tas
 /// the cancel-safety path of extensions §E0.
 ///
 /// One set-based `UPDATE` per chunk (below the dialect's bind-parameter limit): the IDs, then
-/// each row's token checked with `CASE id WHEN ? THEN ? END`.
+/// each row's token checked with `CASE id WHEN ? THEN ? END`. With array parameters
+/// (PostgreSQL) one `UPDATE` joining the (id, token) arrays by primary key, its status test
+/// unindexable for the reason given at [`ack_unnest_sql`](super::ack::ack_unnest_sql).
 pub(crate) async fn unclaim(tx: &mut Tx<'_>, tasks: &[Task]) -> Result<(), TxFail> {
+    if tx.core.dialect.array_params() && !tasks.is_empty() {
+        let sql = tx.core.sql(
+            "UPDATE {tasks} SET status = 'pending', lease_token = '', lease_until = 0 \
+             FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[])) AS a(ack_id, ack_token) \
+             WHERE id = a.ack_id AND status || '' = 'running' AND lease_token = a.ack_token",
+        );
+        let args = [
+            Value::TextArray(tasks.iter().map(|t| t.id.clone()).collect()),
+            Value::TextArray(tasks.iter().map(|t| t.lease_token.clone()).collect()),
+        ];
+        tx.exec(&sql, &args).await?;
+        tx.wake();
+        return Ok(());
+    }
     let per_chunk = (tx.core.dialect.max_params() / 3).max(1);
     for chunk in tasks.chunks(per_chunk) {
         let n = chunk.len();
