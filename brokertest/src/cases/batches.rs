@@ -16,8 +16,9 @@ use crate::{task, within, CaseResult, Factory, Harness, REAL_WINDOW, SAFETY_TIME
 /// item's error and stores none of the batch. A batch of 25 tasks in qb and a child of the
 /// first is stored whole, in order. A max of 0 is `InvalidInput` (max) and no queues
 /// `InvalidInput` (queues). dequeue_many(qb, 10) claims t00..t09, each running with its own
-/// token. ack_many with a stale token and an unknown ID among three good items completes the
-/// good ones (waking the child) and fails only those two (`LeaseLost`, `NotFound`). Eight
+/// token. ack_many with a stale token and an unknown ID among three good items (one of them
+/// without a result) completes the good ones with their own results (waking the child) and
+/// fails only those two (`LeaseLost`, `NotFound`). Eight
 /// concurrent dequeue_many loops on two handles never receive a task twice.
 pub async fn c28_batches(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?;
@@ -113,10 +114,12 @@ async fn ack_many_partial(h: &Harness, claimed: &BTreeMap<String, Task>) -> Case
     let again = h.dequeue(&["qb"]).await;
     assert_eq!(again.id, "t05", "the requeued t05 is first in claim order");
     let item = |id: &str, token: String| AckItem { id: id.into(), token, result: Some(id.into()) };
+    // t01 carries no result beside items that do: each row gets its own (or none).
+    let no_result = AckItem { result: None, ..item("t01", token("t01")) };
     let items = [
         item("t00", token("t00")),
         item("t05", token("t05")),
-        item("t01", token("t01")),
+        no_result,
         item("ghost", "no-token".into()),
         item("t02", token("t02")),
     ];
@@ -125,13 +128,9 @@ async fn ack_many_partial(h: &Harness, claimed: &BTreeMap<String, Task>) -> Case
         results.iter().map(|r| r.as_ref().err().map(|e| e.kind())).collect();
     let want = [None, Some(ErrorKind::LeaseLost), None, Some(ErrorKind::NotFound), None];
     assert_eq!(kinds, want, "ack_many per-item outcomes");
-    for id in ["t00", "t01", "t02"] {
+    for (id, result) in [("t00", Some(&b"t00"[..])), ("t01", None), ("t02", Some(&b"t02"[..]))] {
         let t = h.get(id).await;
-        assert_eq!(
-            (t.status, t.result.as_deref()),
-            (Status::Completed, Some(id.as_bytes())),
-            "{id}"
-        );
+        assert_eq!((t.status, t.result.as_deref()), (Status::Completed, result), "{id}");
     }
     let t05 = h.get("t05").await;
     assert_eq!(
