@@ -44,26 +44,55 @@ pub(crate) fn ack_returning_sql(
     server_now: bool,
     results: bool,
 ) -> Arc<str> {
-    let name = match (full, server_now) {
-        (true, false) => "ack_returning_full",
-        (false, false) => "ack_returning",
-        (true, true) => "ack_returning_full_now",
-        (false, true) => "ack_returning_now",
-    };
-    core.sql_sized(name, (n, usize::from(results)), || {
+    let shape = Returning::new(full, server_now);
+    core.sql_sized("ack_returning", (n, shape.key(results)), || {
         let cases = " WHEN ? THEN ?".repeat(n);
         let result = if results { format!("CASE id{cases} END") } else { "NULL".to_owned() };
-        let returned = if full { "{cols}" } else { "id" };
-        let (finished, extra) =
-            if server_now { ("(SELECT {now})", ", finished_at") } else { ("?", "") };
         format!(
-            "UPDATE {{tasks}} SET status = 'completed', result = {result}, \
-             finished_at = {finished}, lease_token = '', lease_until = 0, cancel_requested = 0 \
+            "UPDATE {{tasks}} SET {set} \
              WHERE id IN ({ids}) AND status = 'running' AND lease_token = CASE id{cases} END \
-             RETURNING {returned}, has_children{extra}",
-            ids = placeholders(n)
+             RETURNING {returning}",
+            set = shape.set(&result),
+            ids = placeholders(n),
+            returning = shape.returning(),
         )
     })
+}
+
+/// What the two one-statement ack forms share: the completing `SET`, and what `RETURNING`
+/// lists — every column (`full`) or the ID, then `has_children`, then `finished_at` when the
+/// statement reads the server's time itself (`server_now`).
+#[derive(Clone, Copy)]
+struct Returning {
+    full: bool,
+    server_now: bool,
+}
+
+impl Returning {
+    fn new(full: bool, server_now: bool) -> Returning {
+        Returning { full, server_now }
+    }
+
+    /// The statement cache's key for this shape, with or without results.
+    fn key(self, results: bool) -> usize {
+        usize::from(results) | usize::from(self.full) << 1 | usize::from(self.server_now) << 2
+    }
+
+    /// The `SET` list completing a row with `result` (an expression).
+    fn set(self, result: &str) -> String {
+        let finished = if self.server_now { "(SELECT {now})" } else { "?" };
+        format!(
+            "status = 'completed', result = {result}, finished_at = {finished}, \
+             lease_token = '', lease_until = 0, cancel_requested = 0"
+        )
+    }
+
+    /// The `RETURNING` list.
+    fn returning(self) -> String {
+        let returned = if self.full { "{cols}" } else { "id" };
+        let extra = if self.server_now { ", finished_at" } else { "" };
+        format!("{returned}, has_children{extra}")
+    }
 }
 
 /// [`ack_returning_sql`] for dialects with array parameters ([`Dialect::array_params`],
@@ -81,28 +110,21 @@ pub(crate) fn ack_returning_sql(
 ///
 /// [`Dialect::array_params`]: crate::Dialect::array_params
 pub(crate) fn ack_unnest_sql(core: &Core, full: bool, server_now: bool, results: bool) -> Arc<str> {
-    let name = match (full, server_now) {
-        (true, false) => "ack_unnest_full",
-        (false, false) => "ack_unnest",
-        (true, true) => "ack_unnest_full_now",
-        (false, true) => "ack_unnest_now",
-    };
-    core.sql_sized(name, (0, usize::from(results)), || {
+    let shape = Returning::new(full, server_now);
+    core.sql_sized("ack_unnest", (0, shape.key(results)), || {
         let (result, result_arg, result_col) = if results {
             ("a.ack_result", ", CAST(? AS BYTEA[])", ", ack_result")
         } else {
             ("NULL", "", "")
         };
-        let returned = if full { "{cols}" } else { "id" };
-        let (finished, extra) =
-            if server_now { ("(SELECT {now})", ", finished_at") } else { ("?", "") };
         format!(
-            "UPDATE {{tasks}} SET status = 'completed', result = {result}, \
-             finished_at = {finished}, lease_token = '', lease_until = 0, cancel_requested = 0 \
+            "UPDATE {{tasks}} SET {set} \
              FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]){result_arg}) \
              AS a(ack_id, ack_token{result_col}) \
              WHERE id = a.ack_id AND status || '' = 'running' AND lease_token = a.ack_token \
-             RETURNING {returned}, has_children{extra}"
+             RETURNING {returning}",
+            set = shape.set(result),
+            returning = shape.returning(),
         )
     })
 }
