@@ -99,10 +99,7 @@ impl Runner {
         sql: &str,
         args: &[Value],
     ) -> DbResult<u64> {
-        let done = match codec::bind(sql, args) {
-            Ok(query) => query.execute(conn).await,
-            Err(e) => return Err(e),
-        };
+        let done = codec::bind(sql, args)?.execute(conn).await;
         self.health.outcome(done.as_ref().err());
         done.map(|r| r.rows_affected())
     }
@@ -114,10 +111,7 @@ impl Runner {
         args: &[Value],
         kinds: &[Kind],
     ) -> DbResult<Vec<Row>> {
-        let rows = match codec::bind(sql, args) {
-            Ok(query) => query.fetch_all(conn).await,
-            Err(e) => return Err(e),
-        };
+        let rows = codec::bind(sql, args)?.fetch_all(conn).await;
         self.health.outcome(rows.as_ref().err());
         codec::decode_rows(&rows?, kinds)
     }
