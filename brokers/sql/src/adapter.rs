@@ -132,6 +132,15 @@ pub trait Adapter: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// True when every write transaction queues for one writer connection (SQLite). The
+    /// engine then combines concurrent claims of one handle into one claim and concurrent
+    /// acks into one `ack_many` (`combine.rs`): one turn on the writer instead of one each.
+    ///
+    /// Default: false.
+    fn shares_writer(&self) -> bool {
+        false
+    }
+
     /// Closes the pools. Called once by the broker's `close`.
     async fn close(&self);
 }

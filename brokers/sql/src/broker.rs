@@ -15,6 +15,7 @@ use taskgate::{
 };
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
+use crate::combine::{self, Combine};
 use crate::core::{Core, Tx, TxFail};
 use crate::dialect::UniqueTarget;
 use crate::migrate::{migrate, Migration};
@@ -53,6 +54,7 @@ pub struct SqlBroker {
     migrate_on_init: bool,
     migrated: Arc<AtomicBool>,
     capabilities: Capabilities,
+    combine: Arc<Combine>,
 }
 
 impl std::fmt::Debug for SqlBroker {
@@ -82,6 +84,7 @@ impl SqlBroker {
             migrate_on_init: config.migrate_on_init,
             migrated: Arc::new(AtomicBool::new(false)),
             capabilities: config.capabilities.with_quota(true).with_audit(true),
+            combine: Arc::default(),
         })
     }
 
@@ -97,6 +100,21 @@ impl SqlBroker {
 
     pub(crate) fn core(&self) -> &Core {
         &self.core
+    }
+
+    pub(crate) fn core_arc(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    pub(crate) fn combine(&self) -> &Combine {
+        &self.combine
+    }
+
+    /// True when concurrent claims and acks of this handle are combined
+    /// ([`crate::combine`]): the adapter shares one writer, and no test hook waits for each
+    /// call's own commit.
+    fn combines(&self) -> bool {
+        self.core.adapter.shares_writer() && !self.core.has_before_commit_hook()
     }
 
     /// The backend's embedded migrations, in version order.
@@ -130,6 +148,13 @@ impl SqlBroker {
     #[cfg(feature = "test-hooks")]
     pub fn set_before_commit_hook(&self, hook: Option<crate::core::BeforeCommitHook>) {
         *self.core.before_commit.write().unwrap_or_else(|p| p.into_inner()) = hook;
+    }
+
+    /// Claim and ack calls of this handle waiting to be combined (`combine.rs`; feature
+    /// `test-hooks`): `(claims, acks)`.
+    #[cfg(feature = "test-hooks")]
+    pub fn combining_waiting(&self) -> (usize, usize) {
+        self.combine.waiting()
     }
 
     /// Transactional enqueue (extensions §E15): runs the enqueue on `conn`, a connection inside
@@ -188,6 +213,9 @@ impl SqlBroker {
         let core = self.core.clone();
         // Held until the claimed tasks are delivered or requeued; `close` waits for it.
         let inflight = core.inflight.clone().try_read_owned().map_err(|_| Error::Closed)?;
+        if self.combines() {
+            return combine::claim(self, opts, queues, max, inflight).await;
+        }
         tokio::spawn(async move {
             let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
             let mut sender = sender;
@@ -265,7 +293,7 @@ impl SqlBroker {
 }
 
 /// Claimed tasks in transit to the caller; dropped undelivered, it requeues them.
-struct ClaimGuard {
+pub(crate) struct ClaimGuard {
     core: Arc<Core>,
     opts: Arc<ResolvedOptions>,
     tasks: Vec<Task>,
@@ -273,7 +301,17 @@ struct ClaimGuard {
 }
 
 impl ClaimGuard {
-    fn take(mut self) -> Vec<Task> {
+    /// Tasks claimed for one caller, holding off `close` until delivered or requeued.
+    pub(crate) fn new(
+        core: Arc<Core>,
+        opts: Arc<ResolvedOptions>,
+        tasks: Vec<Task>,
+        inflight: OwnedRwLockReadGuard<()>,
+    ) -> ClaimGuard {
+        ClaimGuard { core, opts, tasks, inflight: Some(inflight) }
+    }
+
+    pub(crate) fn take(mut self) -> Vec<Task> {
         self.inflight = None;
         std::mem::take(&mut self.tasks)
     }
@@ -402,25 +440,11 @@ impl Broker for SqlBroker {
             .filter(|(_, o)| o.is_none())
             .map(|(i, _)| i.clone())
             .collect();
-        let mut results = Vec::with_capacity(valid.len());
-        for chunk in valid.chunks(self.ack_chunk()) {
-            // The one-statement form binds every result in one statement: with a server
-            // statement limit, the two-step form splits the write instead.
-            let returning =
-                self.core.dialect.update_returning() && self.core.statement_budget().is_none();
-            // What an earlier call of this handle, whose outcome is unknown, wrote per item.
-            let earlier: Vec<Vec<Timestamp>> = chunk
-                .iter()
-                .map(|item| self.core.unresolved.take_ack(&item.id, &item.token))
-                .collect();
-            let mut unknown = Vec::new();
-            let done = (self.core.tx(&opts, "ack").settle(&mut unknown))
-                .run(&(chunk, returning), |tx, &(chunk, returning)| {
-                    Box::pin(ack::ack_many(tx, chunk, returning))
-                })
-                .await;
-            results.extend(self.settle_acks(&opts, chunk, earlier, unknown, done).await?);
-        }
+        let results = match (valid.is_empty(), self.combines()) {
+            (true, _) => Vec::new(),
+            (false, true) => combine::ack_many(self, opts.clone(), valid).await?,
+            (false, false) => self.ack_valid(&opts, &valid).await?,
+        };
         let mut results = results.into_iter();
         for slot in &mut outcomes {
             if slot.is_none() {
@@ -705,6 +729,34 @@ impl SqlBroker {
     /// and the item's result: that attempt was applied (its Notify snapshots are published
     /// now). When the outcome stays unknown, what each item's lost attempts wrote is
     /// remembered so that repeating the ack settles it.
+    /// Acks validated `items` in chunks, one transaction each; each item's outcome in order.
+    pub(crate) async fn ack_valid(
+        &self,
+        opts: &ResolvedOptions,
+        valid: &[AckItem],
+    ) -> Result<Vec<Result<()>>> {
+        let mut results = Vec::with_capacity(valid.len());
+        for chunk in valid.chunks(self.ack_chunk()) {
+            // The one-statement form binds every result in one statement: with a server
+            // statement limit, the two-step form splits the write instead.
+            let returning =
+                self.core.dialect.update_returning() && self.core.statement_budget().is_none();
+            // What an earlier call of this handle, whose outcome is unknown, wrote per item.
+            let earlier: Vec<Vec<Timestamp>> = chunk
+                .iter()
+                .map(|item| self.core.unresolved.take_ack(&item.id, &item.token))
+                .collect();
+            let mut unknown = Vec::new();
+            let done = (self.core.tx(opts, "ack").settle(&mut unknown))
+                .run(&(chunk, returning), |tx, &(chunk, returning)| {
+                    Box::pin(ack::ack_many(tx, chunk, returning))
+                })
+                .await;
+            results.extend(self.settle_acks(opts, chunk, earlier, unknown, done).await?);
+        }
+        Ok(results)
+    }
+
     async fn settle_acks(
         &self,
         opts: &ResolvedOptions,

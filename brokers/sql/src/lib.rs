@@ -90,6 +90,7 @@
 
 mod adapter;
 mod broker;
+mod combine;
 mod core;
 #[cfg(feature = "test-hooks")]
 pub mod cutproxy;

@@ -111,6 +111,10 @@ impl Adapter for RecordingAdapter {
         self.inner.close().await;
     }
 
+    fn shares_writer(&self) -> bool {
+        self.inner.shares_writer()
+    }
+
     async fn statement_limit(&self) -> DbResult<Option<crate::StatementLimit>> {
         self.inner.statement_limit().await
     }

@@ -169,6 +169,10 @@ impl Adapter for SqliteAdapter {
         Ok(Box::new(SqliteSession(conn)))
     }
 
+    fn shares_writer(&self) -> bool {
+        true
+    }
+
     async fn close(&self) {
         self.readers.close().await;
         self.writer.close().await;
