@@ -132,11 +132,11 @@ impl Txn<'_> {
             ready.len -= 1;
             entry.task.status = Status::Running;
             running.insert(slot);
-            // The token's buffer, cleared when the last lease ended, is reused.
-            tokens.write(&mut entry.task.lease_token, slot);
+            entry.lease = Some(tokens.claim_id());
             entry.lease_until = now.saturating_add(ttl).as_millis();
             entry.task.started_at.get_or_insert(now);
-            let snapshot = entry.task.clone();
+            let mut snapshot = entry.task.clone();
+            tokens.write(&mut snapshot.lease_token, slot);
             if let Some(notes) = self.notes.as_mut() {
                 notes.push(snapshot.clone());
             }
@@ -173,48 +173,77 @@ impl Txn<'_> {
 /// Length of a token's first part, the claim's ULID.
 pub(crate) const TOKEN_BASE_LEN: usize = 26;
 
+/// A claim's ULID, the first part of the tokens of every task it claimed.
+pub(crate) type ClaimId = [u8; TOKEN_BASE_LEN];
+
 /// The lease tokens of one claim (contract §1.2.2, §3.4.8): the claim's own ULID, drawn once
 /// from the process-wide generator, followed by the task's slot in decimal. Every claimed task
 /// gets its own token (one claim never holds a slot twice), and no token repeats an earlier
 /// one (the ULID is new and [`TOKEN_BASE_LEN`] characters long), for one draw per claim
 /// instead of one per task. The slot lets token-checked calls find the entry without hashing
-/// its ID ([`crate::tasks::Tasks::get_leased_mut`]); the token stays opaque to callers.
+/// its ID ([`crate::tasks::Tasks::get_leased_mut`]); the token stays opaque to callers. An
+/// entry keeps only the ULID ([`crate::state::Entry::lease`]): its slot is the rest.
 #[derive(Default)]
 struct Tokens {
     /// The claim's ULID; empty until the first task is claimed.
     base: String,
+    /// The same ULID as bytes, as entries keep it.
+    id: ClaimId,
 }
 
 impl Tokens {
-    /// Replaces `out` with the token of the task in `slot` (reusing `out`'s buffer).
-    fn write(&mut self, out: &mut String, slot: usize) {
+    /// The claim's ULID (drawn on the first call).
+    fn claim_id(&mut self) -> ClaimId {
         if self.base.is_empty() {
             id::write_ulid(&mut self.base);
+            for (to, from) in self.id.iter_mut().zip(self.base.bytes()) {
+                *to = from;
+            }
         }
+        self.id
+    }
+
+    /// Replaces `out` with the token of the task in `slot` (call [`Tokens::claim_id`] first).
+    fn write(&self, out: &mut String, slot: usize) {
+        let (digits, from) = decimal(slot);
+        let digits = digits.get(from..).unwrap_or_default();
         out.clear();
-        // Room for the ULID and any slot's digits: the buffer grows at most once.
-        out.reserve(self.base.len() + 20);
+        out.reserve_exact(self.base.len() + digits.len());
         out.push_str(&self.base);
-        push_decimal(out, slot);
+        digits.iter().for_each(|d| out.push(char::from(*d)));
     }
 }
 
-/// Appends `n` in decimal.
-fn push_decimal(out: &mut String, n: usize) {
-    let mut digits = [0u8; 20];
+/// Replaces `out` with the token of the task in `slot` leased by `claim`.
+pub(crate) fn push_token(out: &mut String, claim: &ClaimId, slot: usize) {
+    let (digits, from) = decimal(slot);
+    let digits = digits.get(from..).unwrap_or_default();
+    out.clear();
+    out.reserve_exact(TOKEN_BASE_LEN + digits.len());
+    claim.iter().chain(digits).for_each(|b| out.push(char::from(*b)));
+}
+
+/// True when `token` is the token of the task in `slot` leased by `claim` (exactly: no other
+/// spelling of the slot's number matches).
+pub(crate) fn token_names(token: &str, claim: &ClaimId, slot: usize) -> bool {
+    let (digits, from) = decimal(slot);
+    let (base, rest) = token.as_bytes().split_at_checked(TOKEN_BASE_LEN).unwrap_or_default();
+    base == claim.as_slice() && rest == digits.get(from..).unwrap_or_default()
+}
+
+/// `n` in decimal: the digits are `buffer[start..]`.
+fn decimal(mut n: usize) -> ([u8; 20], usize) {
+    let mut digits = [b'0'; 20];
     let mut from = digits.len();
-    let mut rest = n;
     for digit in digits.iter_mut().rev() {
-        *digit = u8::try_from(rest % 10).unwrap_or(0);
+        *digit = b'0' + u8::try_from(n % 10).unwrap_or(0);
         from -= 1;
-        rest /= 10;
-        if rest == 0 {
+        n /= 10;
+        if n == 0 {
             break;
         }
     }
-    for digit in digits.iter().skip(from) {
-        out.push(char::from(b'0' + digit));
-    }
+    (digits, from)
 }
 
 /// A claim key as [`Txn::pick`] compares them: `(priority, run_at, id)`.
@@ -240,9 +269,14 @@ mod tests {
         let (mut first, mut second) = (Tokens::default(), Tokens::default());
         let mut seen = std::collections::HashSet::new();
         for tokens in [&mut first, &mut second] {
+            let claim = tokens.claim_id();
             for slot in 0..120 {
                 let mut token = String::new();
                 tokens.write(&mut token, slot);
+                let mut spelled = String::new();
+                push_token(&mut spelled, &claim, slot);
+                assert_eq!(token, spelled);
+                assert!(token_names(&token, &claim, slot));
                 assert!(seen.insert(token));
             }
         }
@@ -251,10 +285,22 @@ mod tests {
         let mut token = "a longer, older token".to_owned();
         first.write(&mut token, 1207);
         assert_eq!(token, format!("{}1207", first.base));
-        for n in [0, 9, 10, 4095, 4096, usize::MAX] {
-            let mut digits = String::new();
-            push_decimal(&mut digits, n);
-            assert_eq!(digits, n.to_string());
+    }
+
+    #[test]
+    fn only_the_exact_spelling_names_a_lease() {
+        let mut tokens = Tokens::default();
+        let claim = tokens.claim_id();
+        let ulid = tokens.base.clone();
+        assert!(token_names(&format!("{ulid}0"), &claim, 0));
+        assert!(token_names(&format!("{ulid}{}", usize::MAX), &claim, usize::MAX));
+        let others =
+            ["", "0", &ulid, &format!("{ulid}07"), &format!("{ulid}+7"), &format!("{ulid}70")];
+        for other in others {
+            assert!(!token_names(other, &claim, 7), "{other}");
         }
+        let mut changed = format!("{ulid}7").into_bytes();
+        changed[3] ^= 1;
+        assert!(!token_names(&String::from_utf8(changed).unwrap_or_default(), &claim, 7));
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use taskgate::{Status, Task};
 
+use crate::claim::{push_token, token_names, ClaimId};
 use crate::hashing::IdBuild;
 use crate::tasks::Tasks;
 
@@ -25,8 +26,13 @@ pub(crate) struct Entry {
     pub(crate) key: Arc<str>,
     /// Where [`Tasks`] stores it (set when it is stored; the claim index names it).
     pub(crate) slot: usize,
-    /// The task record as callers see it (deep-copied out).
+    /// The task record as callers see it, but for the lease token: that stays empty here and
+    /// [`Entry::snapshot`] spells it out from `lease` and `slot`.
     pub(crate) task: Task,
+    /// The ULID of the claim that holds the current lease (the token's first part; the slot
+    /// is the rest, see [`crate::claim`]); `None` when not running. Kept inline, so a claim
+    /// allocates no token buffer on the entry.
+    pub(crate) lease: Option<ClaimId>,
     /// Lease deadline in unix ms; 0 = none.
     pub(crate) lease_until: i64,
     /// Distinct parents not yet satisfied.
@@ -48,8 +54,22 @@ impl Entry {
 
     /// Clears the lease: no token, no deadline.
     pub(crate) fn release_lease(&mut self) {
-        self.task.lease_token.clear();
+        self.lease = None;
         self.lease_until = 0;
+    }
+
+    /// A deep copy of the task as callers see it, with its lease token while running.
+    pub(crate) fn snapshot(&self) -> Task {
+        let mut task = self.task.clone();
+        if let Some(claim) = &self.lease {
+            push_token(&mut task.lease_token, claim, self.slot);
+        }
+        task
+    }
+
+    /// True when `token` is the token of the current lease.
+    pub(crate) fn holds_lease(&self, token: &str) -> bool {
+        self.lease.as_ref().is_some_and(|claim| token_names(token, claim, self.slot))
     }
 }
 

@@ -26,7 +26,10 @@ impl State {
                 return Err(format!("{key}: not in the list index"));
             }
             let lease_ok =
-                (t.status == Status::Running) == (!t.lease_token.is_empty() && e.lease_until > 0);
+                (t.status == Status::Running) == (e.lease.is_some() && e.lease_until > 0);
+            if !t.lease_token.is_empty() {
+                return Err(format!("{key}: a stored task spells out its lease token"));
+            }
             if !lease_ok {
                 return Err(format!("{key}: lease fields disagree with status {}", t.status));
             }
@@ -136,8 +139,8 @@ impl World {
 
     fn running(&self) -> Vec<(String, String)> {
         let state = self.store.lock().unwrap_or_else(|e| panic!("{e}"));
-        let running = state.tasks.values().map(|e| &e.task).filter(|t| t.status == Status::Running);
-        running.map(|t| (t.id.clone(), t.lease_token.clone())).collect()
+        let running = state.tasks.values().filter(|e| e.task.status == Status::Running);
+        running.map(|e| (e.task.id.clone(), e.snapshot().lease_token)).collect()
     }
 
     fn leased(&mut self) -> Option<(String, String)> {

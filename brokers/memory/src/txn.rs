@@ -166,7 +166,7 @@ impl Txn<'_> {
     pub(crate) fn note(&mut self, id: &str) {
         if let Some(notes) = self.notes.as_mut() {
             if let Some(entry) = self.state.tasks.get(id) {
-                notes.push(entry.task.clone());
+                notes.push(entry.snapshot());
             }
         }
     }
@@ -207,8 +207,7 @@ fn shift(
 
 /// The lease-token check on a found entry (contract §3.3).
 fn check_lease(entry: &Entry, id: &str, token: &str) -> Result<()> {
-    let t = &entry.task;
-    if t.status != Status::Running || token.is_empty() || t.lease_token != token {
+    if entry.task.status != Status::Running || token.is_empty() || !entry.holds_lease(token) {
         return Err(Error::lease_lost(id));
     }
     Ok(())
