@@ -74,6 +74,15 @@ impl Default for Limits {
 
 /// Checks a name-like value: `min_len`–255 characters, no control characters.
 pub fn validate_name(field: &'static str, value: &str, allow_empty: bool) -> Result<()> {
+    // Fast path (every ack item's ID comes through here): a short ASCII value without control
+    // bytes passes, and for ASCII the byte length is the character count.
+    if value.len() <= MAX_NAME_CHARS
+        && (allow_empty || !value.is_empty())
+        // Every byte printable ASCII (0x20..=0x7e); `fold` without a short cut vectorises.
+        && value.bytes().fold(true, |ok, b| ok & (b.wrapping_sub(0x20) < 0x5f))
+    {
+        return Ok(());
+    }
     let chars = value.chars().count();
     if chars == 0 && !allow_empty {
         return Err(Error::invalid(field, "must not be empty"));
@@ -308,6 +317,25 @@ mod tests {
     #[case::above_range(Task::new("t", "q").with_priority(i16::MAX), Some("priority"))]
     fn task_limits(#[case] task: Task, #[case] field: Option<&'static str>) {
         assert_eq!(field_of(validate_task(&task, &Limits::default())), field);
+    }
+
+    #[rstest]
+    #[case::ascii_255("x".repeat(255), None)]
+    #[case::ascii_256("x".repeat(256), Some("too long: 256 characters exceeds max 255"))]
+    #[case::del("ab\u{7f}", Some("control character at position 2"))]
+    #[case::c1_after_multibyte("é\u{85}", Some("control character at position 1"))]
+    #[case::multibyte_256("é".repeat(256), Some("too long: 256 characters exceeds max 255"))]
+    #[case::empty("", Some("must not be empty"))]
+    fn names_ascii_fast_path_and_general_path_agree(
+        #[case] value: String,
+        #[case] reason: Option<&str>,
+    ) {
+        let got = match validate_name("id", &value, false) {
+            Ok(()) => None,
+            Err(Error::InvalidInput { reason, .. }) => Some(reason),
+            Err(other) => Some(other.to_string()),
+        };
+        assert_eq!(got.as_deref(), reason);
     }
 
     #[test]

@@ -50,6 +50,7 @@ impl Txn<'_> {
             task: self.stored_task(task, &key, &decision),
             key,
             slot: 0,
+            lease: None,
             lease_until: 0,
             pending_parents: decision.pending_parents(),
             parents: edges,

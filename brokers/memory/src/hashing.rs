@@ -1,15 +1,11 @@
 //! Fast hashing for the maps every claim and ack touches.
 //!
-//! - [`SlotSet`]: tasks by their slot in [`crate::tasks::Tasks`] (a number the store chose,
-//!   never caller-controlled), so the running index hashes one word, not a 26-byte ID, and
-//!   never touches the ID's allocation.
 //! - [`IdHasher`]: text keys (task IDs, queue names) hashed a word at a time with a folded
 //!   multiply from a per-process random seed — several times cheaper than SipHash on a 26-byte
 //!   ID, and still not predictable by a caller who picks IDs.
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashSet;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::OnceLock;
 
 /// The finaliser of MurmurHash3: spreads every input bit over the whole word.
@@ -20,29 +16,6 @@ fn fmix(mut h: u64) -> u64 {
     h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     h ^ (h >> 33)
 }
-
-/// Mixes one machine word into a well-spread hash (the finaliser of MurmurHash3).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct MixHasher(u64);
-
-impl Hasher for MixHasher {
-    fn finish(&self) -> u64 {
-        fmix(self.0)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.0 ^= u64::try_from(n).unwrap_or(u64::MAX);
-    }
-}
-
-/// A set of tasks by slot.
-pub(crate) type SlotSet = HashSet<usize, BuildHasherDefault<MixHasher>>;
 
 /// The multiplier of [`IdHasher`]'s rounds (the fractional part of π, odd).
 const ROUND: u64 = 0x243f_6a88_85a3_08d3;
@@ -111,6 +84,7 @@ impl BuildHasher for IdBuild {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
     use std::sync::Arc;
 
     use super::*;

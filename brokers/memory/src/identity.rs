@@ -21,12 +21,13 @@ impl Txn<'_> {
             key: Arc::from(task.id.as_str()),
             slot: 0,
             task,
+            lease: None,
             lease_until: 0,
             pending_parents: 0,
             parents: Vec::new(),
             children: Vec::new(),
         };
-        let snapshot = entry.task.clone();
+        let snapshot = entry.snapshot();
         self.state.replayed.insert(key);
         self.insert(entry);
         Ok(snapshot)
@@ -57,7 +58,7 @@ impl Txn<'_> {
             .iter()
             .map(|(p, s)| Edge { parent: p.clone(), done: s.is_terminal() })
             .collect();
-        let snapshot = entry.task.clone();
+        let snapshot = entry.snapshot();
         self.link_children(&key, &parents);
         self.note(id);
         Ok(snapshot)

@@ -127,8 +127,9 @@ impl MemoryBroker {
     /// One claim attempt of a waiting dequeue: claims synchronously, so a dropped future never
     /// strands a task (§E0).
     fn probe(&self, queues: &[&str], max: usize) -> Result<Probe> {
+        let claimed = claim_buffer(max);
         self.write(|txn| {
-            let claimed = txn.claim(queues, max)?;
+            let claimed = txn.claim_into(queues, max, claimed)?;
             if claimed.is_empty() {
                 Ok(Probe::Idle { next_due_in: txn.next_due(queues) })
             } else {
@@ -136,6 +137,15 @@ impl MemoryBroker {
             }
         })
     }
+}
+
+/// Tasks a claim's result vector holds without growing when it is allocated before the lock.
+const CLAIM_BUFFER: usize = 256;
+
+/// The result vector of a claim of up to `max` tasks, allocated before the lock is taken so
+/// the critical section does not (up to [`CLAIM_BUFFER`] tasks; a bigger claim grows it).
+fn claim_buffer(max: usize) -> Vec<Task> {
+    Vec::with_capacity(max.min(CLAIM_BUFFER))
 }
 
 #[async_trait]
@@ -167,7 +177,8 @@ impl Broker for MemoryBroker {
         let opts = self.inner.life.options()?;
         validate_claim(queues, max)?;
         let queues = queues.to_vec();
-        self.inner.store.write(&opts, |txn| txn.claim(&queues, max))?
+        let claimed = claim_buffer(max);
+        self.inner.store.write(&opts, |txn| txn.claim_into(&queues, max, claimed))?
     }
 
     async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {

@@ -25,20 +25,19 @@ impl Txn<'_> {
 
     /// Acks each item on its own: a bad item fails only itself. `checks` holds each item's
     /// argument check ([`check_ack_items`], run before the lock is taken); an item that failed
-    /// it keeps that error and is not acked.
+    /// it keeps that error and is not acked. The outcomes are written over the checks (no
+    /// second vector under the lock).
     pub(crate) fn ack_many(
         &mut self,
         items: &[AckItem],
-        checks: Vec<Result<()>>,
+        mut checks: Vec<Result<()>>,
     ) -> Vec<Result<()>> {
-        items
-            .iter()
-            .zip(checks)
-            .map(|(item, check)| {
-                check?;
-                self.ack(&item.id, &item.token, item.result.clone())
-            })
-            .collect()
+        for (item, outcome) in items.iter().zip(checks.iter_mut()) {
+            if outcome.is_ok() {
+                *outcome = self.ack(&item.id, &item.token, item.result.clone());
+            }
+        }
+        checks
     }
 
     /// Records a failure: `retrying` at its retry time, or `failed` with propagation (§4.1).

@@ -5,19 +5,20 @@ use std::sync::Arc;
 
 use taskgate::{Counts, Error, Filter, Result, Task};
 
-use crate::state::State;
+use crate::state::{Entry, State};
 
 impl State {
     /// A deep copy of one task.
     pub(crate) fn get(&self, id: &str) -> Result<Task> {
-        self.tasks.get(id).map(|e| e.task.clone()).ok_or_else(|| Error::not_found(id))
+        self.tasks.get(id).map(Entry::snapshot).ok_or_else(|| Error::not_found(id))
     }
 
     /// Tasks matching `filter`, in `(created_at, id)` order, then offset and limit.
     pub(crate) fn list(&self, filter: &Filter) -> Vec<Task> {
         let limit = if filter.limit == 0 { usize::MAX } else { filter.limit };
-        let page = |tasks: &mut dyn Iterator<Item = &Task>| -> Vec<Task> {
-            tasks.filter(|t| filter.matches(t)).skip(filter.offset).take(limit).cloned().collect()
+        let page = |entries: &mut dyn Iterator<Item = &Entry>| -> Vec<Task> {
+            let matching = entries.filter(|e| filter.matches(&e.task)).skip(filter.offset);
+            matching.take(limit).map(Entry::snapshot).collect()
         };
         // A parent's children and a key's chain are short lists: gather, sort and page them
         // instead of walking every task in creation order.
@@ -26,13 +27,11 @@ impl State {
         } else if !filter.business_key.is_empty() {
             self.chains.get(&filter.business_key).map_or(&[], Vec::as_slice)
         } else {
-            let mut all =
-                self.created.iter().filter_map(|(_, id)| self.tasks.get(id)).map(|e| &e.task);
+            let mut all = self.created.iter().filter_map(|(_, id)| self.tasks.get(id));
             return page(&mut all);
         };
-        let mut few: Vec<&Task> =
-            ids.iter().filter_map(|id| self.tasks.get(id).map(|e| &e.task)).collect();
-        few.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        let mut few: Vec<&Entry> = ids.iter().filter_map(|id| self.tasks.get(id)).collect();
+        few.sort_by(|a, b| (a.task.created_at, &a.key).cmp(&(b.task.created_at, &b.key)));
         page(&mut few.into_iter())
     }
 

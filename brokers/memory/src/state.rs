@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use taskgate::{Status, Task};
 
-use crate::hashing::{IdBuild, SlotSet};
+use crate::claim::{push_token, token_names, ClaimId};
+use crate::hashing::IdBuild;
 use crate::tasks::Tasks;
 
 /// One dependency edge `(child, parent, done)`, kept on the child (contract §1.1).
@@ -25,8 +26,13 @@ pub(crate) struct Entry {
     pub(crate) key: Arc<str>,
     /// Where [`Tasks`] stores it (set when it is stored; the claim index names it).
     pub(crate) slot: usize,
-    /// The task record as callers see it (deep-copied out).
+    /// The task record as callers see it, but for the lease token: that stays empty here and
+    /// [`Entry::snapshot`] spells it out from `lease` and `slot`.
     pub(crate) task: Task,
+    /// The ULID of the claim that holds the current lease (the token's first part; the slot
+    /// is the rest, see [`crate::claim`]); `None` when not running. Kept inline, so a claim
+    /// allocates no token buffer on the entry.
+    pub(crate) lease: Option<ClaimId>,
     /// Lease deadline in unix ms; 0 = none.
     pub(crate) lease_until: i64,
     /// Distinct parents not yet satisfied.
@@ -48,8 +54,22 @@ impl Entry {
 
     /// Clears the lease: no token, no deadline.
     pub(crate) fn release_lease(&mut self) {
-        self.task.lease_token.clear();
+        self.lease = None;
         self.lease_until = 0;
+    }
+
+    /// A deep copy of the task as callers see it, with its lease token while running.
+    pub(crate) fn snapshot(&self) -> Task {
+        let mut task = self.task.clone();
+        if let Some(claim) = &self.lease {
+            push_token(&mut task.lease_token, claim, self.slot);
+        }
+        task
+    }
+
+    /// True when `token` is the token of the current lease.
+    pub(crate) fn holds_lease(&self, token: &str) -> bool {
+        self.lease.as_ref().is_some_and(|claim| token_names(token, claim, self.slot))
     }
 }
 
@@ -107,6 +127,70 @@ impl ReadyQueue {
     }
 }
 
+/// A set of slots of [`Tasks`] (numbers the store chose, never caller-controlled) as a dense
+/// list plus each slot's position in it: adding and removing a slot are a few array writes
+/// (no hashing), iteration is in no particular order.
+#[derive(Debug, Default)]
+pub(crate) struct SlotList {
+    /// The slots in the set.
+    slots: Vec<usize>,
+    /// For every slot number seen, its position in `slots`, or [`SlotList::ABSENT`].
+    at: Vec<usize>,
+}
+
+impl SlotList {
+    /// The position of a slot not in the set.
+    const ABSENT: usize = usize::MAX;
+
+    /// Adds `slot`; false when it was there already.
+    pub(crate) fn insert(&mut self, slot: usize) -> bool {
+        if self.at.len() <= slot {
+            self.at.resize(slot + 1, Self::ABSENT);
+        }
+        match self.at.get_mut(slot) {
+            Some(at) if *at == Self::ABSENT => {
+                *at = self.slots.len();
+                self.slots.push(slot);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes `slot` (the last slot of the list takes its place); false when it was absent.
+    pub(crate) fn remove(&mut self, slot: usize) -> bool {
+        let Some(at) = self.at.get_mut(slot) else { return false };
+        if *at == Self::ABSENT {
+            return false;
+        }
+        let pos = std::mem::replace(at, Self::ABSENT);
+        self.slots.swap_remove(pos);
+        if let Some(moved) = self.slots.get(pos) {
+            if let Some(at) = self.at.get_mut(*moved) {
+                *at = pos;
+            }
+        }
+        true
+    }
+
+    /// True when `slot` is in the set.
+    #[cfg(test)]
+    pub(crate) fn contains(&self, slot: usize) -> bool {
+        self.at.get(slot).is_some_and(|at| *at != Self::ABSENT)
+    }
+
+    /// How many slots the set holds.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slots, in no particular order.
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, usize> {
+        self.slots.iter()
+    }
+}
+
 /// The secondary indexes. Only [`Index::add`] and [`Index::remove`] touch them, always around
 /// a status or `run_at` change (`txn::shift`, the one place that moves a task).
 #[derive(Debug, Default)]
@@ -114,7 +198,7 @@ pub(crate) struct Index {
     /// Per queue, its claimable (pending/retrying) tasks ordered by `(priority, run_at, id)`.
     pub(crate) claimable: HashMap<String, ReadyQueue, IdBuild>,
     /// The slots of running tasks (the reaper's candidates; it sorts the expired ones by ID).
-    pub(crate) running: SlotSet,
+    pub(crate) running: SlotList,
     /// Blocked tasks by ID (defensive repair's candidates).
     pub(crate) blocked: BTreeSet<Arc<str>>,
 }
@@ -156,7 +240,7 @@ impl Index {
                 }
             }
             Status::Running => {
-                self.running.remove(&slot);
+                self.running.remove(slot);
             }
             Status::Blocked => {
                 self.blocked.remove(key);
@@ -222,5 +306,33 @@ impl State {
         self.created.insert((entry.task.created_at.as_millis(), key));
         let entry = self.tasks.insert(entry);
         self.index.add(&entry.key, entry.slot, &entry.task)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_list_adds_removes_and_keeps_positions() {
+        let mut list = SlotList::default();
+        for slot in [5, 0, 9, 3] {
+            assert!(list.insert(slot));
+        }
+        assert!(!list.insert(9));
+        assert!(list.remove(5)); // the last slot (3) takes its place
+        assert!(!list.remove(5));
+        assert!(!list.remove(1000));
+        assert!(list.remove(3));
+        assert!(list.insert(5));
+        let mut slots: Vec<usize> = list.iter().copied().collect();
+        slots.sort_unstable();
+        assert_eq!(slots, [0, 5, 9]);
+        assert_eq!(list.len(), 3);
+        assert!(list.contains(9) && list.contains(0) && !list.contains(3));
+        for slot in [9, 0, 5] {
+            assert!(list.remove(slot));
+        }
+        assert_eq!(list.len(), 0);
     }
 }

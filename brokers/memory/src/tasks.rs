@@ -126,6 +126,7 @@ mod tests {
             key: Arc::from(id),
             slot: usize::MAX,
             task: taskgate::Task::new("t", "q").with_id(id),
+            lease: None,
             lease_until: 0,
             pending_parents: 0,
             parents: Vec::new(),

@@ -26,7 +26,10 @@ impl State {
                 return Err(format!("{key}: not in the list index"));
             }
             let lease_ok =
-                (t.status == Status::Running) == (!t.lease_token.is_empty() && e.lease_until > 0);
+                (t.status == Status::Running) == (e.lease.is_some() && e.lease_until > 0);
+            if !t.lease_token.is_empty() {
+                return Err(format!("{key}: a stored task spells out its lease token"));
+            }
             if !lease_ok {
                 return Err(format!("{key}: lease fields disagree with status {}", t.status));
             }
@@ -45,7 +48,7 @@ impl State {
                     let set = self.index.claimable.get(&t.queue);
                     set.is_some_and(|s| s.contains(t.priority, t.run_at.as_millis(), key, e.slot))
                 }
-                Status::Running => self.index.running.contains(&e.slot),
+                Status::Running => self.index.running.contains(e.slot),
                 Status::Blocked => self.index.blocked.contains(key),
                 _ => true,
             };
@@ -79,15 +82,18 @@ impl State {
         }
     }
 
-    /// The claim a brute-force scan picks: smallest `(priority, run_at, id)` ready in `queues`.
-    fn scan_next(&self, queues: &[&str], now: Timestamp) -> Option<String> {
+    /// The claims a brute-force scan picks: the `max` smallest `(priority, run_at, id)` ready
+    /// in `queues`, in that order.
+    fn scan_first(&self, queues: &[&str], now: Timestamp, max: usize) -> Vec<String> {
         let ready = self.tasks.values().map(|e| &e.task).filter(|t| {
             t.status.is_claimable()
                 && queues.contains(&t.queue.as_str())
                 && !self.paused.contains(&t.queue)
                 && t.run_at <= now
         });
-        ready.map(|t| (t.priority, t.run_at, t.id.clone())).min().map(|(_, _, id)| id)
+        let mut keys: Vec<_> = ready.map(|t| (t.priority, t.run_at, t.id.clone())).collect();
+        keys.sort_unstable();
+        keys.into_iter().take(max).map(|(_, _, id)| id).collect()
     }
 }
 
@@ -133,8 +139,8 @@ impl World {
 
     fn running(&self) -> Vec<(String, String)> {
         let state = self.store.lock().unwrap_or_else(|e| panic!("{e}"));
-        let running = state.tasks.values().map(|e| &e.task).filter(|t| t.status == Status::Running);
-        running.map(|t| (t.id.clone(), t.lease_token.clone())).collect()
+        let running = state.tasks.values().filter(|e| e.task.status == Status::Running);
+        running.map(|e| (e.task.id.clone(), e.snapshot().lease_token)).collect()
     }
 
     fn leased(&mut self) -> Option<(String, String)> {
@@ -165,14 +171,24 @@ impl World {
         }
     }
 
+    /// Claims one task, or a batch of up to four (sometimes listing a queue twice), and
+    /// compares with a full scan.
     fn claim(&mut self) {
-        let queues: Vec<&str> = QUEUES.iter().copied().filter(|_| self.rng.below(2) == 0).collect();
+        let mut queues: Vec<&str> =
+            QUEUES.iter().copied().filter(|_| self.rng.below(2) == 0).collect();
+        if self.rng.below(4) == 0 {
+            queues.push(QUEUES[self.rng.below(QUEUES.len())]);
+        }
+        let max = [1, 1, 2, 4][self.rng.below(4)];
         let expected = {
             let state = self.store.lock().unwrap_or_else(|e| panic!("{e}"));
-            state.scan_next(&queues, self.clock.now_ms())
+            state.scan_first(&queues, self.clock.now_ms(), max)
         };
-        let got = self.write(|txn| txn.claim(&queues, 1)).map(|mut t| t.pop().map(|t| t.id));
-        assert_eq!(got.ok().flatten(), expected, "claim from {queues:?} vs a full scan");
+        let got: Vec<String> = match self.write(|txn| txn.claim(&queues, max)) {
+            Ok(tasks) => tasks.into_iter().map(|t| t.id).collect(),
+            Err(e) => panic!("claim of {max} from {queues:?} failed: {e}"),
+        };
+        assert_eq!(got, expected, "claim of {max} from {queues:?} vs a scan");
     }
 
     fn worker_write(&mut self) {

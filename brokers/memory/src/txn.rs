@@ -64,7 +64,7 @@ pub(crate) struct Txn<'a> {
     /// The calling handle's options.
     pub(crate) opts: &'a ResolvedOptions,
     /// Notify snapshots, when an observer is installed.
-    notes: Option<Vec<taskgate::Task>>,
+    pub(crate) notes: Option<Vec<taskgate::Task>>,
     /// A task became claimable (or a queue resumed): wake waiters afterwards.
     wake: bool,
 }
@@ -107,19 +107,6 @@ impl Txn<'_> {
         run_at: Timestamp,
     ) -> Result<&mut Entry> {
         let entry = self.state.tasks.get_mut(id).ok_or_else(|| Error::not_found(id))?;
-        shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
-        Ok(entry)
-    }
-
-    /// [`Txn::move_task`] for the task stored in `slot` (a claim index names it).
-    pub(crate) fn move_slot(
-        &mut self,
-        slot: usize,
-        to: Status,
-        run_at: Timestamp,
-    ) -> Result<&mut Entry> {
-        let entry = (self.state.tasks.at_mut(slot))
-            .ok_or_else(|| Error::backend(NAME, "the claim index names an empty slot"))?;
         shift(&mut self.state.index, entry, to, run_at, &mut self.wake)?;
         Ok(entry)
     }
@@ -179,15 +166,8 @@ impl Txn<'_> {
     pub(crate) fn note(&mut self, id: &str) {
         if let Some(notes) = self.notes.as_mut() {
             if let Some(entry) = self.state.tasks.get(id) {
-                notes.push(entry.task.clone());
+                notes.push(entry.snapshot());
             }
-        }
-    }
-
-    /// Records a copy of `task`, a snapshot just taken, for Notify.
-    pub(crate) fn note_snapshot(&mut self, task: &taskgate::Task) {
-        if let Some(notes) = self.notes.as_mut() {
-            notes.push(task.clone());
         }
     }
 
@@ -227,8 +207,7 @@ fn shift(
 
 /// The lease-token check on a found entry (contract §3.3).
 fn check_lease(entry: &Entry, id: &str, token: &str) -> Result<()> {
-    let t = &entry.task;
-    if t.status != Status::Running || token.is_empty() || t.lease_token != token {
+    if entry.task.status != Status::Running || token.is_empty() || !entry.holds_lease(token) {
         return Err(Error::lease_lost(id));
     }
     Ok(())
