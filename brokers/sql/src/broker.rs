@@ -219,6 +219,12 @@ impl SqlBroker {
         tokio::spawn(async move {
             let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
             let mut sender = sender;
+            // Room under the dialect's bound on claimed rows in flight, held until the claim's
+            // transaction has ended; a caller that leaves while it waits gets nothing claimed.
+            let slot = match claim::claim_slot(&core, max, &mut sender).await {
+                Ok(slot) => slot,
+                Err(_) => return,
+            };
             let result = if claim::autocommits(&core) {
                 // One statement, its own transaction: nothing to wait for but a connection.
                 match sender.is_closed() {
@@ -234,6 +240,7 @@ impl SqlBroker {
                     })
                     .await
             };
+            drop(slot);
             if matches!(result, Err(TxFail::Abandoned)) {
                 return;
             }

@@ -125,6 +125,9 @@ pub(crate) struct Core {
     pub(crate) inflight: Arc<tokio::sync::RwLock<()>>,
     /// Calls whose COMMIT's outcome could not be settled, kept until they are repeated.
     pub(crate) unresolved: crate::resolve::Unresolved,
+    /// The dialect's bound on claimed rows in flight ([`Dialect::claim_rows_in_flight`]),
+    /// with one permit per row.
+    pub(crate) claim_gate: Option<ClaimGate>,
     /// The server's statement limit as read at the last `init` (`None`: unbounded).
     statement_limit: RwLock<Option<crate::StatementLimit>>,
     sql_cache: RwLock<HashMap<(usize, usize), Arc<str>>>,
@@ -140,6 +143,7 @@ impl Core {
         prefix: String,
         poll_interval: Duration,
     ) -> Core {
+        let claim_gate = ClaimGate::of(&*dialect);
         Core {
             adapter,
             dialect,
@@ -152,6 +156,7 @@ impl Core {
             inflight: Arc::new(tokio::sync::RwLock::new(())),
             statement_limit: RwLock::new(None),
             unresolved: crate::resolve::Unresolved::default(),
+            claim_gate,
             sql_cache: RwLock::new(HashMap::new()),
             sized_cache: RwLock::new(HashMap::new()),
             #[cfg(feature = "test-hooks")]
@@ -317,6 +322,33 @@ pub(crate) fn retry_allowed(class: RetryClass, attempt: u32) -> bool {
 /// infrastructure back-off never waits on the injected clock).
 pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(5u64 << attempt.saturating_sub(1).min(6))
+}
+
+/// The bound on claimed rows in flight of one broker handle
+/// ([`Dialect::claim_rows_in_flight`]): a fair (first come, first served) semaphore with one
+/// permit per row.
+pub(crate) struct ClaimGate {
+    rows: Arc<tokio::sync::Semaphore>,
+    bound: u32,
+}
+
+impl ClaimGate {
+    /// The gate `dialect` asks for, if any.
+    fn of(dialect: &dyn Dialect) -> Option<ClaimGate> {
+        let bound = dialect.claim_rows_in_flight()?;
+        let bound =
+            u32::try_from(bound.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
+        let permits = usize::try_from(bound).unwrap_or(1);
+        Some(ClaimGate { rows: Arc::new(tokio::sync::Semaphore::new(permits)), bound })
+    }
+
+    /// Waits until a claim for `max` tasks may go ahead: `min(max, bound)` permits (at least
+    /// one), held until the returned permit is dropped, so a claim larger than the bound runs
+    /// alone rather than never. `None` only if the semaphore were closed, which it never is.
+    pub(crate) async fn enter(&self, max: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let rows = u32::try_from(max).unwrap_or(u32::MAX).clamp(1, self.bound);
+        self.rows.clone().acquire_many_owned(rows).await.ok()
+    }
 }
 
 /// One transaction's context: its connection, the options, "now" (read once), and the
@@ -684,6 +716,87 @@ mod tests {
         assert_eq!(allowed(RetryClass::Immediate), 4, "5 attempts in all");
         assert_eq!(allowed(RetryClass::Limited), 1, "2 attempts in all");
         assert_eq!(allowed(RetryClass::Never), 0);
+    }
+
+    /// A dialect bounding claimed rows in flight.
+    #[derive(Debug)]
+    struct BoundedDialect(usize);
+
+    impl Dialect for BoundedDialect {
+        fn name(&self) -> &'static str {
+            "bounded"
+        }
+        fn placeholder(&self) -> Placeholder {
+            Placeholder::Question
+        }
+        fn time_source(&self) -> TimeSource {
+            TimeSource::Local
+        }
+        fn now_ms_sql(&self) -> &'static str {
+            "0"
+        }
+        fn lock_clause(&self) -> &'static str {
+            ""
+        }
+        fn skip_locked_clause(&self) -> &'static str {
+            ""
+        }
+        fn claim_shape(&self) -> ClaimShape {
+            ClaimShape::SelectThenUpdate
+        }
+        fn claim_rows_in_flight(&self) -> Option<usize> {
+            Some(self.0)
+        }
+        fn limit_all(&self) -> &'static str {
+            "-1"
+        }
+        fn insert_ignore(&self, _: &str, _: &str, _: &str, _: &str) -> String {
+            String::new()
+        }
+        fn quota_shape(&self, _table: &str) -> QuotaShape {
+            QuotaShape::UpsertReturning { sql: String::new() }
+        }
+        fn ddl_lock(&self, _key: &str) -> Option<DdlLock> {
+            None
+        }
+        fn transactional_ddl(&self) -> bool {
+            true
+        }
+        fn retry_class(&self, _error: &DbError) -> RetryClass {
+            RetryClass::Never
+        }
+        fn unique_violation(&self, _error: &DbError, _prefix: &str) -> Option<UniqueTarget> {
+            None
+        }
+    }
+
+    #[tokio::test]
+    async fn the_claim_gate_bounds_rows_in_flight_and_lets_a_larger_claim_run_alone() {
+        assert!(ClaimGate::of(&DollarDialect).is_none());
+        let gate = ClaimGate::of(&BoundedDialect(250)).expect("a bound");
+        let a = gate.enter(100).await.expect("room for the first claim");
+        let b = gate.enter(100).await.expect("room for the second claim");
+        // 50 rows left: a third claim of 100 waits until one of the first two ends.
+        let third = tokio::time::timeout(Duration::from_millis(50), gate.enter(100)).await;
+        assert!(third.is_err(), "a third claim of 100 must wait");
+        drop(a);
+        let c = gate.enter(100).await.expect("room once a claim ended");
+        drop((b, c));
+        // A claim larger than the bound takes the whole bound, never more.
+        let big = gate.enter(10_000).await.expect("a claim above the bound runs alone");
+        assert_eq!(big.num_permits(), 250);
+        // Claims of one are bounded at one row each.
+        drop(big);
+        let ones: Vec<_> = hold_ones(&gate, 250).await;
+        assert_eq!(ones.len(), 250);
+    }
+
+    async fn hold_ones(gate: &ClaimGate, n: usize) -> Vec<tokio::sync::OwnedSemaphorePermit> {
+        let mut held = Vec::with_capacity(n);
+        for _ in 0..n {
+            held.push(gate.enter(1).await.expect("room for a claim of one"));
+        }
+        held
     }
 
     #[test]

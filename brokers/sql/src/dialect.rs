@@ -145,6 +145,20 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
         "?"
     }
 
+    /// The most claimed-but-uncommitted rows one broker handle keeps in flight at once, or
+    /// `None` for no bound (the default). With a bound, a claim for `n` tasks first waits
+    /// (first come, first served, leaving when its caller does) until `min(n, bound)` of it
+    /// are free, and gives them back when its transaction has ended.
+    ///
+    /// For databases whose `SKIP LOCKED` walks past every row other claims hold at the head
+    /// of the claim index (InnoDB): each claim's cost grows with the rows held by claims in
+    /// flight, and past a point claims slow each other down faster than they finish
+    /// (MySQL/MariaDB, report notes finding 10). Claimers beyond the bound wait in the
+    /// process, where waiting costs the database nothing.
+    fn claim_rows_in_flight(&self) -> Option<usize> {
+        None
+    }
+
     /// True when `UPDATE … RETURNING` exists (SQLite ≥ 3.35, PostgreSQL): ack is then one
     /// statement. MySQL/MariaDB: false (a locking read, then the update).
     fn update_returning(&self) -> bool {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use taskgate::{id, ResolvedOptions, Status, Task, Timestamp};
 
 use super::decode_owned;
-use crate::core::{Core, Tx, TxFail};
+use crate::core::{Core, Leaving, Tx, TxFail};
 use crate::dialect::{placeholders, ClaimShape};
 use crate::row::{TaskRow, TASK_COLUMN_COUNT, TASK_KINDS};
 use crate::{Kind, Value};
@@ -261,6 +261,27 @@ async fn update_skip_locked(
     let (sql, args) = skip_locked_claim(tx.core, tx.opts, queues, max, tx.known_now());
     let rows = tx.fetch(&sql, &args, &TASK_KINDS).await?;
     Ok(decode_owned(rows)?.into_iter().map(|r| r.task).collect())
+}
+
+/// Waits for room under the dialect's bound on claimed rows in flight
+/// ([`Dialect::claim_rows_in_flight`](crate::Dialect::claim_rows_in_flight)) for a claim of
+/// `max` tasks; the permit is held until dropped. `Ok(None)` without a bound, and while a test
+/// hook stops transactions before their commit (a claim held there must not keep others out).
+/// [`TxFail::Abandoned`] when `caller` leaves first.
+pub(crate) async fn claim_slot(
+    core: &Core,
+    max: usize,
+    caller: &mut dyn Leaving,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, TxFail> {
+    let Some(gate) = core.claim_gate.as_ref() else { return Ok(None) };
+    if core.has_before_commit_hook() {
+        return Ok(None);
+    }
+    tokio::select! {
+        biased;
+        permit = gate.enter(max) => Ok(permit),
+        () = caller.left() => Err(TxFail::Abandoned),
+    }
 }
 
 /// True when claims run as one autocommit statement ([`claim_autocommit`]): the dialect's
