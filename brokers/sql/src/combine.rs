@@ -10,7 +10,9 @@
 //!
 //! The first caller to find no leader spawns one; the leader takes every request waiting,
 //! runs them as one call, answers each caller with its share, and goes on while requests keep
-//! arriving. The result is what some serial order of the calls would have given: claims are
+//! arriving; an ack that finds nobody leading and nothing waiting runs at once on its caller's
+//! task, as without combining, and the acks that queue behind it get a leader when it ends.
+//! The result is what some serial order of the calls would have given: claims are
 //! handed out in claim order to the callers in arrival order (each takes at most its own
 //! `max`), and an ack batch keeps each caller's items in order after the earlier callers'
 //! (an ID acked twice counts in that order, as within one `ack_many`). Claimed tasks travel
@@ -60,6 +62,25 @@ impl<R> Combiner<R> {
     #[cfg(feature = "test-hooks")]
     fn waiting(&self) -> usize {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).pending.len()
+    }
+
+    /// Makes the caller the leader when nobody leads and nothing waits (true): it runs its own
+    /// request at once, and [`Combiner::end_inline`] hands on whatever queued meanwhile.
+    fn lead_if_idle(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.leading || !state.pending.is_empty() {
+            return false;
+        }
+        state.leading = true;
+        true
+    }
+
+    /// Ends an inline leader's turn: true when requests queued meanwhile and the caller must
+    /// start a leader for them (the lead stays taken), else nobody leads any more.
+    fn end_inline(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.leading = !state.pending.is_empty();
+        state.leading
     }
 
     /// Everything waiting, for the leader; `None` (and no leader any more) when nothing is.
@@ -186,6 +207,12 @@ pub(crate) async fn ack_many(
     opts: Arc<ResolvedOptions>,
     items: Vec<AckItem>,
 ) -> Result<Vec<Result<()>>> {
+    if broker.combine().acks.lead_if_idle() {
+        // Uncontended: this caller acks its own items at once, as without combining; acks
+        // that queue meanwhile get a leader when it is done (or dropped).
+        let _lead = InlineAckLead(broker);
+        return broker.ack_valid(&opts, &items).await;
+    }
     let (answer, receiver) = oneshot::channel();
     if broker.combine().acks.push(AckRequest { opts, items, answer }) {
         let broker = broker.clone();
@@ -194,6 +221,24 @@ pub(crate) async fn ack_many(
     receiver.await.map_err(|_| {
         Error::backend(broker.core_arc().name(), "combined ack ended without a result")
     })?
+}
+
+/// The lead an uncontended ack took; ending (or dropped with its caller) it starts a leader
+/// for the acks that queued meanwhile.
+struct InlineAckLead<'a>(&'a SqlBroker);
+
+impl Drop for InlineAckLead<'_> {
+    fn drop(&mut self) {
+        if self.0.combine().acks.end_inline() {
+            let broker = self.0.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(async move { lead_acks(&broker).await })),
+                // No runtime to lead on (it is shutting down): the waiting callers' answers
+                // are dropped with the requests, so they fail rather than hang.
+                Err(_) => while self.0.combine().acks.take().is_some() {},
+            }
+        }
+    }
 }
 
 async fn lead_acks(broker: &SqlBroker) {
@@ -262,6 +307,20 @@ mod tests {
         assert_eq!(combiner.take(), Some(vec![3]));
         assert_eq!(combiner.take(), None, "nothing waits: the leader stops");
         assert!(combiner.push(4), "the next caller starts a new leader");
+    }
+
+    #[test]
+    fn an_inline_lead_is_taken_only_when_idle_and_hands_on_what_queued() {
+        let combiner: Combiner<u32> = Combiner::default();
+        assert!(combiner.lead_if_idle());
+        assert!(!combiner.lead_if_idle(), "one lead at a time");
+        assert!(!combiner.push(1), "a request behind an inline lead waits for it");
+        assert!(combiner.end_inline(), "the inline leader must start a leader for it");
+        assert_eq!(combiner.take(), Some(vec![1]));
+        assert_eq!(combiner.take(), None);
+        assert!(combiner.lead_if_idle());
+        assert!(!combiner.end_inline(), "nothing queued: nobody leads");
+        assert!(combiner.push(2), "the next caller starts a leader");
     }
 
     #[test]
