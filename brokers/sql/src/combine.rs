@@ -31,8 +31,11 @@ use crate::broker::{ClaimGuard, SqlBroker};
 use crate::core::Core;
 use crate::ops::claim;
 
-/// The most tasks one combined claim asks for (callers beyond it wait for the next one).
-const MAX_COMBINED_CLAIM: usize = 1_000;
+/// The most tasks one combined claim asks for, and the most items one combined ack carries:
+/// requests beyond it go into the next combined call. Combining pays at small batches (one
+/// turn on the writer for many callers); a batch of 100 already fills a statement, and
+/// merging several of them only makes each caller wait for the others' rows.
+const MAX_COMBINED: usize = 128;
 
 /// Requests waiting for a leader, and whether one runs.
 pub(crate) struct Combiner<R> {
@@ -160,7 +163,7 @@ async fn lead_claims(broker: &SqlBroker) {
         for request in requests.into_iter().filter(|r| !r.answer.is_closed()) {
             let open = groups.iter_mut().find(|g| {
                 g.first().is_some_and(|first| first.joins(&request))
-                    && g.iter().map(|r| r.max).sum::<usize>() + request.max <= MAX_COMBINED_CLAIM
+                    && g.iter().map(|r| r.max).sum::<usize>() + request.max <= MAX_COMBINED
             });
             match open {
                 Some(group) => group.push(request),
@@ -245,10 +248,11 @@ async fn lead_acks(broker: &SqlBroker) {
     while let Some(requests) = broker.combine().acks.take() {
         let mut groups: Vec<Vec<AckRequest>> = Vec::new();
         for request in requests {
-            match groups
-                .iter_mut()
-                .find(|g| g.first().is_some_and(|f| Arc::ptr_eq(&f.opts, &request.opts)))
-            {
+            match groups.iter_mut().find(|g| {
+                g.first().is_some_and(|f| Arc::ptr_eq(&f.opts, &request.opts))
+                    && g.iter().map(|r| r.items.len()).sum::<usize>() + request.items.len()
+                        <= MAX_COMBINED
+            }) {
                 Some(group) => group.push(request),
                 None => groups.push(vec![request]),
             }
