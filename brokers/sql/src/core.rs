@@ -335,11 +335,15 @@ pub(crate) struct ClaimGate {
 impl ClaimGate {
     /// The gate `dialect` asks for, if any.
     fn of(dialect: &dyn Dialect) -> Option<ClaimGate> {
-        let bound = dialect.claim_rows_in_flight()?;
+        dialect.claim_rows_in_flight().map(ClaimGate::with_bound)
+    }
+
+    /// A gate of `bound` rows (at least one).
+    fn with_bound(bound: usize) -> ClaimGate {
         let bound =
             u32::try_from(bound.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
         let permits = usize::try_from(bound).unwrap_or(1);
-        Some(ClaimGate { rows: Arc::new(tokio::sync::Semaphore::new(permits)), bound })
+        ClaimGate { rows: Arc::new(tokio::sync::Semaphore::new(permits)), bound }
     }
 
     /// Waits until a claim for `max` tasks may go ahead: `min(max, bound)` permits (at least
@@ -718,62 +722,10 @@ mod tests {
         assert_eq!(allowed(RetryClass::Never), 0);
     }
 
-    /// A dialect bounding claimed rows in flight.
-    #[derive(Debug)]
-    struct BoundedDialect(usize);
-
-    impl Dialect for BoundedDialect {
-        fn name(&self) -> &'static str {
-            "bounded"
-        }
-        fn placeholder(&self) -> Placeholder {
-            Placeholder::Question
-        }
-        fn time_source(&self) -> TimeSource {
-            TimeSource::Local
-        }
-        fn now_ms_sql(&self) -> &'static str {
-            "0"
-        }
-        fn lock_clause(&self) -> &'static str {
-            ""
-        }
-        fn skip_locked_clause(&self) -> &'static str {
-            ""
-        }
-        fn claim_shape(&self) -> ClaimShape {
-            ClaimShape::SelectThenUpdate
-        }
-        fn claim_rows_in_flight(&self) -> Option<usize> {
-            Some(self.0)
-        }
-        fn limit_all(&self) -> &'static str {
-            "-1"
-        }
-        fn insert_ignore(&self, _: &str, _: &str, _: &str, _: &str) -> String {
-            String::new()
-        }
-        fn quota_shape(&self, _table: &str) -> QuotaShape {
-            QuotaShape::UpsertReturning { sql: String::new() }
-        }
-        fn ddl_lock(&self, _key: &str) -> Option<DdlLock> {
-            None
-        }
-        fn transactional_ddl(&self) -> bool {
-            true
-        }
-        fn retry_class(&self, _error: &DbError) -> RetryClass {
-            RetryClass::Never
-        }
-        fn unique_violation(&self, _error: &DbError, _prefix: &str) -> Option<UniqueTarget> {
-            None
-        }
-    }
-
     #[tokio::test]
     async fn the_claim_gate_bounds_rows_in_flight_and_lets_a_larger_claim_run_alone() {
         assert!(ClaimGate::of(&DollarDialect).is_none());
-        let gate = ClaimGate::of(&BoundedDialect(250)).expect("a bound");
+        let gate = ClaimGate::with_bound(250);
         let a = gate.enter(100).await.expect("room for the first claim");
         let b = gate.enter(100).await.expect("room for the second claim");
         // 50 rows left: a third claim of 100 waits until one of the first two ends.
