@@ -10,20 +10,18 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
-use common::{TempDb, TestResult};
+use common::{Hold, TempDb, TestResult};
 use taskgate::{AckItem, Broker, BrokerOptions, Error, Status, Task};
 use taskgate_sqlite::SqliteBroker;
 
 /// Holds the first COMMIT of `broker` until released; records the calls each COMMIT covers.
 #[derive(Clone, Default)]
 struct HeldCommit {
-    entered: Arc<AtomicBool>,
-    release: Arc<AtomicBool>,
+    hold: Hold,
     covered: Arc<Mutex<Vec<usize>>>,
 }
 
@@ -38,28 +36,18 @@ impl HeldCommit {
                 covered.len() == 1
             };
             if first {
-                hook.entered.store(true, Ordering::SeqCst);
-                let until = Instant::now() + WAIT_LIMIT;
-                while !hook.release.load(Ordering::SeqCst) && Instant::now() < until {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                hook.hold.block();
             }
         })));
         held
     }
 
     async fn entered(&self) -> TestResult {
-        within(WAIT_LIMIT, "the first COMMIT to be held", async {
-            while !self.entered.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
-        Ok(())
+        self.hold.entered().await
     }
 
     fn release(&self) {
-        self.release.store(true, Ordering::SeqCst);
+        self.hold.release();
     }
 
     fn covered(&self) -> Vec<usize> {

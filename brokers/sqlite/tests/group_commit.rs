@@ -15,12 +15,11 @@ mod common;
 
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
-use common::{query_texts, TempDb, TestResult};
+use common::{query_texts, Hold, TempDb, TestResult};
 use taskgate::{Broker, BrokerOptions, Error, Status, Task};
 use taskgate_sqlite::{SqliteBroker, SqliteOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -28,39 +27,6 @@ use tokio::process::Command;
 use tokio::task::JoinHandle;
 
 const CHILD: &str = "TASKGATE_GROUP_CHILD";
-
-/// Flags for a call held at its commit: `entered` once it holds the writer, and `release`.
-#[derive(Clone, Default)]
-struct Hold {
-    entered: Arc<AtomicBool>,
-    release: Arc<AtomicBool>,
-}
-
-impl Hold {
-    /// Blocks the calling thread (the held call's) until released.
-    fn block(&self) {
-        self.entered.store(true, Ordering::SeqCst);
-        let until = Instant::now() + WAIT_LIMIT;
-        while !self.release.load(Ordering::SeqCst) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Waits until the held call holds the writer.
-    async fn entered(&self) -> TestResult {
-        within(WAIT_LIMIT, "the held call to reach its commit", async {
-            while !self.entered.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
-        Ok(())
-    }
-
-    fn release(&self) {
-        self.release.store(true, Ordering::SeqCst);
-    }
-}
 
 /// Holds every `pause_queue` of `broker` at its commit until released.
 fn hold_pause(broker: &SqliteBroker) -> Hold {

@@ -70,3 +70,39 @@ pub async fn query_texts(path: &Path, sql: &str) -> TestResult<Vec<String>> {
     conn.close().await?;
     Ok(out)
 }
+
+/// A call held on a database thread (a commit hook blocks in it) until released: `entered`
+/// once it is held, `release` to let it go. Blocks for at most `brokertest::WAIT_LIMIT`.
+#[derive(Clone, Default)]
+pub struct Hold {
+    entered: Arc<std::sync::atomic::AtomicBool>,
+    release: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Hold {
+    /// Blocks the calling thread (the held call's) until released.
+    pub fn block(&self) {
+        use std::sync::atomic::Ordering;
+        self.entered.store(true, Ordering::SeqCst);
+        let until = std::time::Instant::now() + brokertest::WAIT_LIMIT;
+        while !self.release.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Waits until the held call is held.
+    pub async fn entered(&self) -> TestResult {
+        brokertest::within(brokertest::WAIT_LIMIT, "the held call to be held", async {
+            while !self.entered.load(std::sync::atomic::Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        Ok(())
+    }
+
+    /// Lets the held call go.
+    pub fn release(&self) {
+        self.release.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
