@@ -266,18 +266,23 @@ async fn lead_acks(broker: &SqlBroker) {
 async fn ack_group(broker: &SqlBroker, group: Vec<AckRequest>) {
     let Some(first) = group.first() else { return };
     let opts = first.opts.clone();
-    let items: Vec<AckItem> = group.iter().flat_map(|r| r.items.iter().cloned()).collect();
+    // The items move into one list; each caller keeps its answer and how many are its own.
+    let mut items = Vec::with_capacity(group.iter().map(|r| r.items.len()).sum());
+    let mut callers = Vec::with_capacity(group.len());
+    for request in group {
+        callers.push((request.answer, request.items.len()));
+        items.extend(request.items);
+    }
     match broker.ack_valid(&opts, &items).await {
         Ok(outcomes) => {
             let mut outcomes = outcomes.into_iter();
-            for request in group {
-                let share: Vec<Result<()>> = outcomes.by_ref().take(request.items.len()).collect();
-                let _ = request.answer.send(Ok(share));
+            for (answer, count) in callers {
+                let _ = answer.send(Ok(outcomes.by_ref().take(count).collect()));
             }
         }
         Err(error) => {
-            for request in group {
-                let _ = request.answer.send(Err(replicate(&error, broker.core_arc().name())));
+            for (answer, _) in callers {
+                let _ = answer.send(Err(replicate(&error, broker.core_arc().name())));
             }
         }
     }
