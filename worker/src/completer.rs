@@ -1,6 +1,8 @@
 //! Batched completion: finished handlers hand their acks to one task that writes them with
-//! `ack_many`, a batch at a time (flush at `max_batch` items or `max_wait` after the first),
-//! so one transaction completes many tasks. Inline mode acks each task on its own.
+//! `ack_many`, a batch at a time (flush at `max_batch` items or `max_wait` after the first;
+//! while every flush in flight is busy the waiting batch keeps growing, up to ten times
+//! `max_batch`), so one transaction completes many tasks. Inline mode acks each task on its
+//! own.
 //!
 //! An ack handed over is not yet written: a crash before the flush leaves the task `running`
 //! until its lease expires, and then it runs again (at-least-once, never lost). Shutdown
@@ -67,6 +69,8 @@ impl Completer {
 /// Flushes in flight at once: while one batch commits, the next fills and can commit too (on
 /// a server database the commits overlap; SQLite's one writer takes them in turn).
 const FLUSHES: usize = 4;
+/// How far a waiting batch grows beyond `max_batch` while every flush is busy.
+const GROWTH: usize = 10;
 
 /// The batching task: collects, flushes (up to [`FLUSHES`] batches at once), and on `stop`
 /// drains and flushes what is left, returning once every flush finished. Dropped (a crash),
@@ -80,7 +84,8 @@ pub(crate) async fn run(
 ) {
     let mut flushes = JoinSet::new();
     let mut batch: Vec<Done> = Vec::with_capacity(max_batch);
-    loop {
+    let mut open = true;
+    while open {
         let first = tokio::select! {
             item = rx.recv() => item,
             () = stop.cancelled() => None,
@@ -98,31 +103,46 @@ pub(crate) async fn run(
                 () = stop.cancelled() => break,
             }
         }
-        spawn_flush(&inner, &mut flushes, &mut batch, max_batch).await;
+        open = spawn_flush(&inner, &mut flushes, &mut batch, max_batch, Some(&mut rx)).await;
     }
     rx.close();
     while let Some(done) = rx.recv().await {
         batch.push(done);
         if batch.len() >= max_batch {
-            spawn_flush(&inner, &mut flushes, &mut batch, max_batch).await;
+            spawn_flush(&inner, &mut flushes, &mut batch, max_batch, None).await;
         }
     }
-    spawn_flush(&inner, &mut flushes, &mut batch, max_batch).await;
+    spawn_flush(&inner, &mut flushes, &mut batch, max_batch, None).await;
     while flushes.join_next().await.is_some() {}
 }
 
-/// Starts flushing `batch` once fewer than [`FLUSHES`] are in flight.
+/// Starts flushing `batch` once fewer than [`FLUSHES`] are in flight. While every flush is
+/// busy, acks keep joining the waiting batch from `rx` (up to [`GROWTH`] × `max_batch`), so
+/// when the database is the bottleneck the batches grow and the transactions get fewer —
+/// what River's completer does with its backlog. False when `rx` turned out closed.
 async fn spawn_flush(
     inner: &Arc<Inner>,
     flushes: &mut JoinSet<()>,
     batch: &mut Vec<Done>,
     max_batch: usize,
-) {
+    mut rx: Option<&mut mpsc::Receiver<Done>>,
+) -> bool {
+    let mut open = true;
     if batch.is_empty() {
-        return;
+        return open;
     }
+    let most = max_batch.saturating_mul(GROWTH);
     while flushes.len() >= FLUSHES {
-        flushes.join_next().await;
+        match rx.as_deref_mut() {
+            Some(rx) if open && batch.len() < most => tokio::select! {
+                _ = flushes.join_next() => {}
+                item = rx.recv() => match item {
+                    Some(done) => batch.push(done),
+                    None => open = false,
+                },
+            },
+            _ => drop(flushes.join_next().await),
+        }
     }
     let full = std::mem::replace(batch, Vec::with_capacity(max_batch));
     let inner = inner.clone();
@@ -130,6 +150,7 @@ async fn spawn_flush(
         let mut full = full;
         flush(&inner, &mut full).await;
     });
+    open
 }
 
 /// Writes one batch with `ack_many`, retrying storage failures; records each item's outcome.

@@ -194,7 +194,8 @@ impl QueueConfig {
 pub struct CompleterConfig {
     /// Ack each task on its own, before its slot is released (no batching).
     pub inline: bool,
-    /// Flush when this many acks wait (at least 1).
+    /// Flush when this many acks wait (at least 1). While every flush in flight is busy (the
+    /// database is the bottleneck), the waiting batch keeps growing, up to ten times this.
     pub max_batch: usize,
     /// Flush this long after the first waiting ack.
     #[serde(with = "serde_go")]
