@@ -764,7 +764,7 @@ impl SqlBroker {
         Ok(results)
     }
 
-    async fn settle_acks(
+    pub(crate) async fn settle_acks(
         &self,
         opts: &ResolvedOptions,
         chunk: &[AckItem],
@@ -835,7 +835,7 @@ impl SqlBroker {
     }
 
     /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
-    fn ack_chunk(&self) -> usize {
+    pub(crate) fn ack_chunk(&self) -> usize {
         (self.core.dialect.max_params() / 4).clamp(1, 1_000)
     }
 }

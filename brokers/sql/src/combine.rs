@@ -9,8 +9,9 @@
 //! `ack_many` calls one `ack_many` of all their items — what River's completer does for acks.
 //!
 //! The first caller to find no leader spawns one; the leader takes every request waiting,
-//! runs them as one call, answers each caller with its share, and goes on while requests keep
-//! arriving; an ack that finds nobody leading and nothing waiting runs at once on its caller's
+//! runs them as one call — and once that call's transaction has its turn on the writer, takes
+//! in the requests that queued while it waited (those that fit under the cap) — answers each
+//! caller with its share, and goes on while requests keep arriving; an ack that finds nobody leading and nothing waiting runs at once on its caller's
 //! task, as without combining, and the acks that queue behind it get a leader when it ends.
 //! The result is what some serial order of the calls would have given: claims are
 //! handed out in claim order to the callers in arrival order (each takes at most its own
@@ -24,12 +25,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use taskgate::{AckItem, Error, ResolvedOptions, Result, Task};
+use taskgate::{AckItem, Error, ResolvedOptions, Result, Task, Timestamp};
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
 use crate::broker::{ClaimGuard, SqlBroker};
-use crate::core::Core;
-use crate::ops::claim;
+use crate::ops::{ack, claim};
 
 /// The most tasks one combined claim asks for, and the most items one combined ack carries:
 /// requests beyond it go into the next combined call. Combining pays at small batches (one
@@ -94,6 +94,35 @@ impl<R> Combiner<R> {
             return None;
         }
         Some(std::mem::take(&mut state.pending))
+    }
+}
+
+/// What a leader does with a request that waited while its call waited for the writer.
+enum Take {
+    /// Joins the call.
+    Join,
+    /// Waits for the leader's next round.
+    Keep,
+    /// Is dropped: its caller has gone (a claim; it claims nothing).
+    Drop,
+}
+
+impl<R> Combiner<R> {
+    /// Takes the waiting requests `sort` lets join a call, in arrival order; the kept ones
+    /// wait for the leader's next round.
+    fn take_joining(&self, mut sort: impl FnMut(&R) -> Take) -> Vec<R> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut keep = Vec::new();
+        let mut joined = Vec::new();
+        for request in state.pending.drain(..) {
+            match sort(&request) {
+                Take::Join => joined.push(request),
+                Take::Keep => keep.push(request),
+                Take::Drop => {}
+            }
+        }
+        state.pending = keep;
+        joined
     }
 }
 
@@ -171,22 +200,53 @@ async fn lead_claims(broker: &SqlBroker) {
             }
         }
         for group in groups {
-            claim_group(broker.core_arc(), group).await;
+            claim_group(broker, group).await;
         }
     }
 }
 
-/// One claim for the whole group, shared out in claim order.
-async fn claim_group(core: &Arc<Core>, group: Vec<ClaimRequest>) {
+/// One claim for the whole group, shared out in claim order. Once the claim's transaction
+/// has its turn on the writer it takes in the claims that queued meanwhile (so the callers
+/// that arrived while the leader waited for the writer ride along) and the acks waiting for
+/// their leader (run first, in the same transaction: one turn on the writer for both).
+async fn claim_group(broker: &SqlBroker, group: Vec<ClaimRequest>) {
+    let core = broker.core_arc();
     let Some(first) = group.first() else { return };
     let opts = first.opts.clone();
-    let refs: Vec<&str> = first.queues.iter().map(String::as_str).collect();
-    let total: usize = group.iter().map(|r| r.max).sum();
-    let result = (core.tx(&opts, "dequeue"))
-        .run(&(&refs[..], total), |tx, &(refs, max)| Box::pin(claim::claim(tx, refs, max)))
+    let queues = first.queues.clone();
+    let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
+    let group = Mutex::new(group);
+    let riding = tokio::sync::Mutex::new(Riding::default());
+    let late = Late::sources(broker, &opts);
+    let mut unknown = Vec::new();
+    let result = (core.tx(&opts, "dequeue").settle(&mut unknown))
+        .run(&(&refs[..], &group, &riding, &late), |tx, &(refs, group, riding, late)| {
+            Box::pin(async move {
+                let total = late.claims_joining(group);
+                let mut riding = riding.lock().await;
+                late.acks_riding(&mut riding);
+                let acked = match riding.items.is_empty() {
+                    true => None,
+                    false => Some(ack::ack_many(tx, &riding.items, late.returning).await?),
+                };
+                let tasks = claim::claim(tx, refs, total).await?;
+                Ok((acked, tasks))
+            })
+        })
         .await;
+    let group = group.into_inner().unwrap_or_else(|p| p.into_inner());
+    let riding = riding.into_inner();
+    // The riding acks settle as a lone ack transaction would (the same attempts).
+    let ack_unknown = || {
+        (unknown.into_iter())
+            .map(|((acked, _), snapshots, wakes)| (acked.unwrap_or_default(), snapshots, wakes))
+            .collect::<Vec<_>>()
+    };
+    let earlier = |items: &[AckItem]| -> Vec<Vec<Timestamp>> {
+        items.iter().map(|i| core.unresolved.take_ack(&i.id, &i.token)).collect()
+    };
     match result {
-        Ok(tasks) => {
+        Ok((acked, tasks)) => {
             let mut tasks = tasks.into_iter();
             for request in group {
                 let share: Vec<Task> = tasks.by_ref().take(request.max).collect();
@@ -194,12 +254,129 @@ async fn claim_group(core: &Arc<Core>, group: Vec<ClaimRequest>) {
                 // A caller gone by now gets its share back as the guard drops: it requeues.
                 let _ = request.answer.send(Ok(guard));
             }
+            if !riding.items.is_empty() {
+                let done = Ok(acked.unwrap_or_default());
+                let earlier = earlier(&riding.items);
+                let settled =
+                    broker.settle_acks(&opts, &riding.items, earlier, ack_unknown(), done).await;
+                riding.answer(settled, core.name());
+            }
         }
         Err(e) => {
-            let error = core.fail(e);
+            let error = match riding.items.is_empty() {
+                true => core.fail(e),
+                false => {
+                    let earlier = earlier(&riding.items);
+                    let settled =
+                        broker.settle_acks(&opts, &riding.items, earlier, ack_unknown(), Err(e));
+                    settled
+                        .await
+                        .err()
+                        .unwrap_or_else(|| Error::backend(core.name(), "claim failed"))
+                }
+            };
             for request in group {
                 let _ = request.answer.send(Err(replicate(&error, core.name())));
             }
+            riding.answer(Err(error), core.name());
+        }
+    }
+}
+
+/// The acks riding along in a combined claim's transaction, with their callers.
+#[derive(Default)]
+struct Riding {
+    items: Vec<AckItem>,
+    /// Each caller's answer and how many of the items are its own, in order.
+    callers: Vec<(Answer, usize)>,
+}
+
+/// How a combined ack answers one caller.
+type Answer = oneshot::Sender<Result<Vec<Result<()>>>>;
+
+impl Riding {
+    /// Answers every caller with its share of `outcomes`.
+    fn answer(self, outcomes: Result<Vec<Result<()>>>, backend: &'static str) {
+        match outcomes {
+            Ok(outcomes) => {
+                let mut outcomes = outcomes.into_iter();
+                for (answer, count) in self.callers {
+                    let _ = answer.send(Ok(outcomes.by_ref().take(count).collect()));
+                }
+            }
+            Err(error) => {
+                for (answer, _) in self.callers {
+                    let _ = answer.send(Err(replicate(&error, backend)));
+                }
+            }
+        }
+    }
+}
+
+/// Where a combined call's transaction takes the requests that queued while it waited.
+struct Late<'b> {
+    combine: &'b Combine,
+    opts: &'b Arc<ResolvedOptions>,
+    /// The most items one ack statement carries here.
+    ack_limit: usize,
+    /// The one-statement ack form applies.
+    returning: bool,
+}
+
+impl<'b> Late<'b> {
+    fn sources(broker: &'b SqlBroker, opts: &'b Arc<ResolvedOptions>) -> Late<'b> {
+        let core = broker.core_arc();
+        Late {
+            combine: broker.combine(),
+            opts,
+            ack_limit: MAX_COMBINED.min(broker.ack_chunk()),
+            returning: core.dialect.update_returning() && core.statement_budget().is_none(),
+        }
+    }
+
+    /// Moves the waiting claims that join `group` (same options and queues, room under
+    /// [`MAX_COMBINED`]) into it, in arrival order, dropping those whose caller has gone;
+    /// returns the group's total batch size.
+    fn claims_joining(&self, group: &Mutex<Vec<ClaimRequest>>) -> usize {
+        let mut group = group.lock().unwrap_or_else(|p| p.into_inner());
+        let mut total: usize = group.iter().map(|r| r.max).sum();
+        let mut full = false;
+        let joined = match group.first() {
+            Some(first) => self.combine.claims.take_joining(|r| {
+                if r.answer.is_closed() {
+                    Take::Drop
+                } else if first.joins(r) && total + r.max <= MAX_COMBINED && !full {
+                    total += r.max;
+                    Take::Join
+                } else {
+                    // Room is short: later requests wait too, in arrival order.
+                    full |= first.joins(r);
+                    Take::Keep
+                }
+            }),
+            None => Vec::new(),
+        };
+        group.extend(joined);
+        total
+    }
+
+    /// Moves the waiting acks of the same options into `riding`, in arrival order, while
+    /// they fit under the ack limit.
+    fn acks_riding(&self, riding: &mut Riding) {
+        let mut room = self.ack_limit.saturating_sub(riding.items.len());
+        let joined = self.combine.acks.take_joining(|r| {
+            if Arc::ptr_eq(&r.opts, self.opts) && r.items.len() <= room {
+                room -= r.items.len();
+                Take::Join
+            } else {
+                // Room is short: later acks wait too, in arrival order.
+                room = 0;
+                Take::Keep
+            }
+        });
+        for request in joined {
+            riding.callers.push((request.answer, request.items.len()));
+            riding.items.extend(request.items);
         }
     }
 }
@@ -266,26 +443,35 @@ async fn lead_acks(broker: &SqlBroker) {
 async fn ack_group(broker: &SqlBroker, group: Vec<AckRequest>) {
     let Some(first) = group.first() else { return };
     let opts = first.opts.clone();
+    let core = broker.core_arc();
     // The items move into one list; each caller keeps its answer and how many are its own.
-    let mut items = Vec::with_capacity(group.iter().map(|r| r.items.len()).sum());
-    let mut callers = Vec::with_capacity(group.len());
+    let mut riding = Riding::default();
     for request in group {
-        callers.push((request.answer, request.items.len()));
-        items.extend(request.items);
+        riding.callers.push((request.answer, request.items.len()));
+        riding.items.extend(request.items);
     }
-    match broker.ack_valid(&opts, &items).await {
-        Ok(outcomes) => {
-            let mut outcomes = outcomes.into_iter();
-            for (answer, count) in callers {
-                let _ = answer.send(Ok(outcomes.by_ref().take(count).collect()));
-            }
-        }
-        Err(error) => {
-            for (answer, _) in callers {
-                let _ = answer.send(Err(replicate(&error, broker.core_arc().name())));
-            }
-        }
+    let late = Late::sources(broker, &opts);
+    if riding.items.len() >= late.ack_limit {
+        let result = broker.ack_valid(&opts, &riding.items).await;
+        riding.answer(result, core.name());
+        return;
     }
+    // One transaction, which takes in the acks queued meanwhile once it has the writer.
+    let riding = tokio::sync::Mutex::new(riding);
+    let mut unknown = Vec::new();
+    let done = (core.tx(&opts, "ack").settle(&mut unknown))
+        .run(&(&riding, &late), |tx, &(riding, late)| {
+            Box::pin(async move {
+                let mut riding = riding.lock().await;
+                late.acks_riding(&mut riding);
+                ack::ack_many(tx, &riding.items, late.returning).await
+            })
+        })
+        .await;
+    let riding = riding.into_inner();
+    let earlier = riding.items.iter().map(|i| core.unresolved.take_ack(&i.id, &i.token)).collect();
+    let result = broker.settle_acks(&opts, &riding.items, earlier, unknown, done).await;
+    riding.answer(result, core.name());
 }
 
 /// The same failure for another member of a combined call (errors are not `Clone`): the
@@ -330,6 +516,24 @@ mod tests {
         assert!(combiner.lead_if_idle());
         assert!(!combiner.end_inline(), "nothing queued: nobody leads");
         assert!(combiner.push(2), "the next caller starts a leader");
+    }
+
+    #[test]
+    fn a_late_take_joins_keeps_and_drops_in_arrival_order() {
+        let combiner: Combiner<u32> = Combiner::default();
+        assert!(combiner.push(1));
+        assert_eq!(combiner.take(), Some(vec![1]), "the leader took the first round");
+        for n in [2, 3, 4, 5, 6] {
+            assert!(!combiner.push(n), "the leader still runs");
+        }
+        let joined = combiner.take_joining(|n| match n {
+            3 => Take::Drop,
+            n if n % 2 == 0 => Take::Join,
+            _ => Take::Keep,
+        });
+        assert_eq!(joined, vec![2, 4, 6]);
+        assert_eq!(combiner.take(), Some(vec![5]), "kept for the next round, 3 dropped");
+        assert_eq!(combiner.take(), None);
     }
 
     #[test]

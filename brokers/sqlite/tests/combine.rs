@@ -223,3 +223,97 @@ async fn a_claimer_gone_before_the_combined_claim_runs_claims_nothing() -> TestR
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_queued_while_the_combined_claim_waited_for_the_writer_joins_it() -> TestResult {
+    within(TEST_LIMIT, "a_claim_queued_while_the_combined_claim_waited_for_the_writer", async {
+        let db = TempDb::new()?;
+        let broker = db.broker(BrokerOptions::default()).await?;
+        let ids = fill(&broker, 10).await?;
+        let held = HeldCommit::install(&broker);
+        // An enqueue holds the writer in its COMMIT.
+        let b = broker.clone();
+        let enqueue = tokio::spawn(async move { b.enqueue(&Task::new("job", "other")).await });
+        held.entered().await?;
+        // A claim is taken by its leader, whose transaction then waits for the writer.
+        let b = broker.clone();
+        let first = tokio::spawn(async move { b.dequeue_many(&["q"], 2).await });
+        within(WAIT_LIMIT, "the first claim's transaction to queue for the writer", async {
+            while broker.writers_waiting() < 1 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        // A claim that queues meanwhile rides along once the writer is free.
+        let b = broker.clone();
+        let second = tokio::spawn(async move { b.dequeue_many(&["q"], 3).await });
+        waiting(&broker, 1, 0).await?;
+        held.release();
+
+        within(WAIT_LIMIT, "the enqueue", enqueue).await??;
+        let first = within(WAIT_LIMIT, "the first claim", first).await??;
+        let second = within(WAIT_LIMIT, "the second claim", second).await??;
+        let names = |tasks: &[Task]| tasks.iter().map(|t| t.id.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&first), ids[0..2], "the first caller's share comes first");
+        assert_eq!(names(&second), ids[2..5]);
+        assert_eq!(held.covered(), vec![1, 1], "the enqueue, then both claims as one call");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ack_waiting_for_its_leader_rides_along_in_a_combined_claim() -> TestResult {
+    within(TEST_LIMIT, "an_ack_waiting_for_its_leader_rides_along_in_a_combined_claim", async {
+        let db = TempDb::new()?;
+        let broker = db.broker(BrokerOptions::default()).await?;
+        let observer = db.broker(BrokerOptions::default()).await?;
+        let ids = fill(&broker, 6).await?;
+        let done = broker.dequeue_many(&["q"], 2).await?;
+        let held = HeldCommit::install(&broker);
+        let writers = |n: usize| {
+            let broker = broker.clone();
+            async move {
+                within(WAIT_LIMIT, format!("{n} calls queued for the writer"), async {
+                    while broker.writers_waiting() < n {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                })
+                .await;
+            }
+        };
+        // An enqueue holds the writer in its COMMIT; a combined claim queues behind it, then
+        // an ack that runs on its caller's task (nobody else acking), then one that waits
+        // for a leader.
+        let b = broker.clone();
+        let enqueue = tokio::spawn(async move { b.enqueue(&Task::new("job", "other")).await });
+        held.entered().await?;
+        let b = broker.clone();
+        let claim = tokio::spawn(async move { b.dequeue_many(&["q"], 2).await });
+        writers(1).await;
+        let (b, t) = (broker.clone(), done[0].clone());
+        let inline = tokio::spawn(async move { b.ack(&t.id, &t.lease_token, None).await });
+        writers(2).await;
+        let (b, t) = (broker.clone(), done[1].clone());
+        let result = Some(b"rode".to_vec());
+        let r = result.clone();
+        let riding = tokio::spawn(async move { b.ack(&t.id, &t.lease_token, r).await });
+        waiting(&broker, 0, 1).await?;
+        held.release();
+
+        within(WAIT_LIMIT, "the enqueue", enqueue).await??;
+        let claimed = within(WAIT_LIMIT, "the claim", claim).await??;
+        within(WAIT_LIMIT, "the inline ack", inline).await??;
+        within(WAIT_LIMIT, "the riding ack", riding).await??;
+        let names: Vec<String> = claimed.iter().map(|t| t.id.clone()).collect();
+        assert_eq!(names, ids[2..4]);
+        let rode = observer.get(&done[1].id).await?;
+        assert_eq!((rode.status, rode.result), (Status::Completed, result));
+        assert_eq!(observer.get(&done[0].id).await?.status, Status::Completed);
+        // The enqueue alone; then the claim (with the waiting ack in its transaction) and
+        // the inline ack, which queued for the writer behind it, under one COMMIT.
+        assert_eq!(held.covered(), vec![1, 2], "the waiting ack was no call of its own");
+        Ok(())
+    })
+    .await
+}
