@@ -59,14 +59,16 @@ pub async fn w13_poison_lease_cap(factory: &dyn Factory) -> CaseResult {
     world.finish().await
 }
 
-/// Automatic heartbeats (every TTL/3) keep a 2.4 s handler's 800 ms lease: LeaseLost 0.
+/// Automatic heartbeats (every TTL/3) keep a 4.5 s handler's 1.5 s lease: LeaseLost 0. (The
+/// lease is long enough that one heartbeat delayed by a loaded CI machine — up to a second —
+/// does not lose it; the handler still outlives three leases.)
 pub async fn w14_slow_task_auto_renew(factory: &dyn Factory) -> CaseResult {
     let world = World::new(factory).await?;
-    let config = queue(QueueConfig::workers(1).lease_ttl(Duration::from_millis(800)));
+    let config = queue(QueueConfig::workers(1).lease_ttl(Duration::from_millis(1_500)));
     let rt = world
         .start(|b| {
             b.config(config).register(|job: Work, _ctx| async move {
-                tokio::time::sleep(Duration::from_millis(2_400)).await;
+                tokio::time::sleep(Duration::from_millis(4_500)).await;
                 Ok::<_, JobError>(job.n)
             })
         })
