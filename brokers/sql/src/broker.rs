@@ -744,15 +744,9 @@ impl SqlBroker {
     ) -> Result<Vec<Result<()>>> {
         let mut results = Vec::with_capacity(valid.len());
         for chunk in valid.chunks(self.ack_chunk()) {
-            // The one-statement form binds every result in one statement: with a server
-            // statement limit, the two-step form splits the write instead.
-            let returning =
-                self.core.dialect.update_returning() && self.core.statement_budget().is_none();
+            let returning = self.ack_returning();
             // What an earlier call of this handle, whose outcome is unknown, wrote per item.
-            let earlier: Vec<Vec<Timestamp>> = chunk
-                .iter()
-                .map(|item| self.core.unresolved.take_ack(&item.id, &item.token))
-                .collect();
+            let earlier = self.core.unresolved.take_acks(chunk);
             let mut unknown = Vec::new();
             let done = (self.core.tx(opts, "ack").settle(&mut unknown))
                 .run(&(chunk, returning), |tx, &(chunk, returning)| {
@@ -835,6 +829,12 @@ impl SqlBroker {
     }
 
     /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
+    /// True when acks use the one-statement form, which binds every result in one statement:
+    /// with a server statement limit, the two-step form splits the write instead.
+    pub(crate) fn ack_returning(&self) -> bool {
+        self.core.dialect.update_returning() && self.core.statement_budget().is_none()
+    }
+
     pub(crate) fn ack_chunk(&self) -> usize {
         (self.core.dialect.max_params() / 4).clamp(1, 1_000)
     }

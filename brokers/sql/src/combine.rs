@@ -25,7 +25,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use taskgate::{AckItem, Error, ResolvedOptions, Result, Task, Timestamp};
+use taskgate::{AckItem, Error, ResolvedOptions, Result, Task};
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
 use crate::broker::{ClaimGuard, SqlBroker};
@@ -242,9 +242,6 @@ async fn claim_group(broker: &SqlBroker, group: Vec<ClaimRequest>) {
             .map(|((acked, _), snapshots, wakes)| (acked.unwrap_or_default(), snapshots, wakes))
             .collect::<Vec<_>>()
     };
-    let earlier = |items: &[AckItem]| -> Vec<Vec<Timestamp>> {
-        items.iter().map(|i| core.unresolved.take_ack(&i.id, &i.token)).collect()
-    };
     match result {
         Ok((acked, tasks)) => {
             let mut tasks = tasks.into_iter();
@@ -256,7 +253,7 @@ async fn claim_group(broker: &SqlBroker, group: Vec<ClaimRequest>) {
             }
             if !riding.items.is_empty() {
                 let done = Ok(acked.unwrap_or_default());
-                let earlier = earlier(&riding.items);
+                let earlier = core.unresolved.take_acks(&riding.items);
                 let settled =
                     broker.settle_acks(&opts, &riding.items, earlier, ack_unknown(), done).await;
                 riding.answer(settled, core.name());
@@ -266,7 +263,7 @@ async fn claim_group(broker: &SqlBroker, group: Vec<ClaimRequest>) {
             let error = match riding.items.is_empty() {
                 true => core.fail(e),
                 false => {
-                    let earlier = earlier(&riding.items);
+                    let earlier = core.unresolved.take_acks(&riding.items);
                     let settled =
                         broker.settle_acks(&opts, &riding.items, earlier, ack_unknown(), Err(e));
                     settled
@@ -325,12 +322,11 @@ struct Late<'b> {
 
 impl<'b> Late<'b> {
     fn sources(broker: &'b SqlBroker, opts: &'b Arc<ResolvedOptions>) -> Late<'b> {
-        let core = broker.core_arc();
         Late {
             combine: broker.combine(),
             opts,
             ack_limit: MAX_COMBINED.min(broker.ack_chunk()),
-            returning: core.dialect.update_returning() && core.statement_budget().is_none(),
+            returning: broker.ack_returning(),
         }
     }
 
@@ -469,7 +465,7 @@ async fn ack_group(broker: &SqlBroker, group: Vec<AckRequest>) {
         })
         .await;
     let riding = riding.into_inner();
-    let earlier = riding.items.iter().map(|i| core.unresolved.take_ack(&i.id, &i.token)).collect();
+    let earlier = core.unresolved.take_acks(&riding.items);
     let result = broker.settle_acks(&opts, &riding.items, earlier, unknown, done).await;
     riding.answer(result, core.name());
 }

@@ -88,6 +88,11 @@ impl Unresolved {
         list.push_back(unsettled);
     }
 
+    /// [`Unresolved::take_ack`] for each item, in order.
+    pub(crate) fn take_acks(&self, items: &[taskgate::AckItem]) -> Vec<Vec<Timestamp>> {
+        items.iter().map(|item| self.take_ack(&item.id, &item.token)).collect()
+    }
+
     /// Takes what is remembered of an ack of `id` with `token`: the `finished_at` of each lost
     /// attempt that acked it.
     pub(crate) fn take_ack(&self, id: &str, token: &str) -> Vec<Timestamp> {

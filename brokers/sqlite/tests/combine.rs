@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
-use common::{Hold, TempDb, TestResult};
+use common::{queued, Hold, TempDb, TestResult};
 use taskgate::{AckItem, Broker, BrokerOptions, Error, Status, Task};
 use taskgate_sqlite::SqliteBroker;
 
@@ -238,12 +238,7 @@ async fn a_claim_queued_while_the_combined_claim_waited_for_the_writer_joins_it(
         // A claim is taken by its leader, whose transaction then waits for the writer.
         let b = broker.clone();
         let first = tokio::spawn(async move { b.dequeue_many(&["q"], 2).await });
-        within(WAIT_LIMIT, "the first claim's transaction to queue for the writer", async {
-            while broker.writers_waiting() < 1 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
+        queued(&broker, 1).await?;
         // A claim that queues meanwhile rides along once the writer is free.
         let b = broker.clone();
         let second = tokio::spawn(async move { b.dequeue_many(&["q"], 3).await });
@@ -271,17 +266,6 @@ async fn an_ack_waiting_for_its_leader_rides_along_in_a_combined_claim() -> Test
         let ids = fill(&broker, 6).await?;
         let done = broker.dequeue_many(&["q"], 2).await?;
         let held = HeldCommit::install(&broker);
-        let writers = |n: usize| {
-            let broker = broker.clone();
-            async move {
-                within(WAIT_LIMIT, format!("{n} calls queued for the writer"), async {
-                    while broker.writers_waiting() < n {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                })
-                .await;
-            }
-        };
         // An enqueue holds the writer in its COMMIT; a combined claim queues behind it, then
         // an ack that runs on its caller's task (nobody else acking), then one that waits
         // for a leader.
@@ -290,10 +274,10 @@ async fn an_ack_waiting_for_its_leader_rides_along_in_a_combined_claim() -> Test
         held.entered().await?;
         let b = broker.clone();
         let claim = tokio::spawn(async move { b.dequeue_many(&["q"], 2).await });
-        writers(1).await;
+        queued(&broker, 1).await?;
         let (b, t) = (broker.clone(), done[0].clone());
         let inline = tokio::spawn(async move { b.ack(&t.id, &t.lease_token, None).await });
-        writers(2).await;
+        queued(&broker, 2).await?;
         let (b, t) = (broker.clone(), done[1].clone());
         let result = Some(b"rode".to_vec());
         let r = result.clone();

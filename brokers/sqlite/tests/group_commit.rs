@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use brokertest::{within, TEST_LIMIT, WAIT_LIMIT};
-use common::{query_texts, Hold, TempDb, TestResult};
+use common::{query_texts, queued, Hold, TempDb, TestResult};
 use taskgate::{Broker, BrokerOptions, Error, Status, Task};
 use taskgate_sqlite::{SqliteBroker, SqliteOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -50,18 +50,6 @@ fn record_groups(broker: &SqliteBroker) -> Arc<Mutex<Vec<usize>>> {
         seen.lock().unwrap_or_else(|p| p.into_inner()).push(members);
     })));
     groups
-}
-
-/// Waits until `n` write calls of `broker` are queued for the writer.
-async fn queued(broker: &SqliteBroker, n: usize) -> TestResult {
-    let what = format!("{n} calls queued for the writer");
-    within(WAIT_LIMIT, what, async {
-        while broker.writers_waiting() < n {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-    .await;
-    Ok(())
 }
 
 fn spawn<T: Send + 'static>(

@@ -106,3 +106,15 @@ impl Hold {
         self.release.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// Waits until `n` write calls of `broker` are queued for the writer.
+pub async fn queued(broker: &SqliteBroker, n: usize) -> TestResult {
+    let what = format!("{n} calls queued for the writer");
+    brokertest::within(brokertest::WAIT_LIMIT, what, async {
+        while broker.writers_waiting() < n {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    Ok(())
+}
