@@ -88,6 +88,45 @@ pub async fn wait_for_quiet(below: f64, patience: Duration) -> f64 {
     }
 }
 
+/// What [`settle_writes`] did before a backend's cells.
+#[derive(Clone, Debug, Default)]
+pub struct Settled {
+    /// Seconds the PostgreSQL `CHECKPOINT` and the OS `sync` took together.
+    pub secs: f64,
+    /// Why a step could not run, if one could not (the run goes on without it).
+    pub skipped: Vec<String>,
+}
+
+/// Lets earlier writes land before the next backend is measured: a PostgreSQL `CHECKPOINT`
+/// (when `TASKGATE_PG_URL` is set; needs a superuser or `pg_checkpoint`), then `sync`, which
+/// flushes every file system's dirty pages. Without it, one backend's leftovers — a server's
+/// checkpoint writing out a million retained rows, a deleted SQLite file's pages, another
+/// program's writes — land on the next backend's fsyncs (a full report measured `fdatasync` at
+/// p50 0.24 ms at its start and 0.13 ms at its end). No durability setting is touched.
+pub async fn settle_writes(pg_url: Option<&str>) -> Settled {
+    let start = std::time::Instant::now();
+    let mut skipped = Vec::new();
+    if let Some(url) = pg_url {
+        let checkpoint = async {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(url).await?;
+            sqlx::query("CHECKPOINT").execute(&mut conn).await?;
+            conn.close().await
+        };
+        if let Err(e) = checkpoint.await {
+            skipped.push(format!("PostgreSQL CHECKPOINT: {e}"));
+        }
+    }
+    let sync = tokio::task::spawn_blocking(|| std::process::Command::new("sync").status()).await;
+    match sync {
+        Ok(Ok(status)) if status.success() => {}
+        Ok(Ok(status)) => skipped.push(format!("sync: {status}")),
+        Ok(Err(e)) => skipped.push(format!("sync: {e}")),
+        Err(e) => skipped.push(format!("sync: {e}")),
+    }
+    Settled { secs: start.elapsed().as_secs_f64(), skipped }
+}
+
 /// A database's version and settings, as `(name, value)` pairs read from the server.
 pub async fn database_settings(bed: &Bed) -> Result<Vec<(String, String)>> {
     match &bed.raw {

@@ -51,7 +51,9 @@ OPTIONS:
                        of reports before issue 13's fair comparison; for comparing with them)
   -h, --help           this text
 
-PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_URL is set.";
+PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_URL is set.
+Before each backend (not for --cell and --pairs) the report lets earlier writes land: a
+PostgreSQL CHECKPOINT, then sync.";
 
 /// The command line.
 struct Args {
@@ -226,6 +228,11 @@ async fn report(args: Args) -> Result<()> {
         ..Report::default()
     };
     for backend in backends {
+        let settled = benches::facts::settle_writes(env.pg_url.as_deref()).await;
+        eprintln!("report: earlier writes settled in {:.1} s before {backend}", settled.secs);
+        for why in settled.skipped {
+            eprintln!("report: could not settle earlier writes: {why}");
+        }
         if args.soak_only {
             run::soak(&env, backend, &args.plan, &mut report).await;
         } else if args.runtime_only {
