@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use taskgate::decide::{submit_decision, SubmitDecision};
-use taskgate::{id, Error, ExistingTask, Status, Task};
+use taskgate::{id, Error, ExistingTask, Status, Task, Timestamp};
 
 use super::{id_status, lock_statuses, mark_has_children};
 use crate::core::{args_bytes, Tx, TxFail};
@@ -81,14 +81,19 @@ pub(crate) async fn enqueue_plain(
         }
     }
     let mut rows = Vec::with_capacity(tasks.len());
+    let mut deferred = false;
     for (task, id) in tasks {
         if !task.id.is_empty() && !taken.insert(task.id.clone()) {
             return Err(Error::TaskExists { id: task.id.clone(), existing: None }.into());
         }
         let decision = submit_decision(std::iter::empty(), task.on_parent_failure);
-        rows.push(build_row(tx, task, (*id).to_owned(), &decision).await?);
+        deferred = tasks.len() == 1 && defers_now(tx, &decision);
+        rows.push(build_row(tx, task, (*id).to_owned(), &decision, deferred).await?);
     }
-    insert_rows(tx, &rows).await?;
+    match rows.as_mut_slice() {
+        [row] if deferred => insert_now(tx, row).await?,
+        _ => insert_rows(tx, &rows).await?,
+    }
     for row in &rows {
         tx.snapshot(&row.task);
         if row.task.status == Status::Pending {
@@ -123,8 +128,12 @@ pub(crate) async fn enqueue(tx: &mut Tx<'_>, task: &Task, id: &str) -> Result<Ta
         }
     }
     let decision = submit_decision(statuses.iter().copied(), task.on_parent_failure);
-    let row = build_row(tx, task, id, &decision).await?;
-    insert_rows(tx, std::slice::from_ref(&row)).await?;
+    let defer = defers_now(tx, &decision);
+    let mut row = build_row(tx, task, id, &decision, defer).await?;
+    match defer {
+        true => insert_now(tx, &mut row).await?,
+        false => insert_rows(tx, std::slice::from_ref(&row)).await?,
+    }
     insert_edges(tx, &row.task.id, &statuses).await?;
     mark_has_children(tx, &statuses).await?;
     tx.snapshot(&row.task);
@@ -233,8 +242,14 @@ async fn build_row(
     task: &Task,
     id: String,
     decision: &SubmitDecision,
+    defer_now: bool,
 ) -> Result<TaskRow, TxFail> {
-    let now = tx.now().await?;
+    // Deferred: `created_at` (and a `run_at` the task leaves open) stay zero until
+    // [`insert_now`] stores the server's time.
+    let now = match defer_now {
+        true => Timestamp::ZERO,
+        false => tx.now().await?,
+    };
     let mut t = task.clone();
     t.id = id;
     t.status = decision.status();
@@ -252,6 +267,54 @@ async fn build_row(
     }
     Ok(TaskRow { task: t, pending_parents: decision.pending_parents(), lease_until: 0 })
 }
+
+/// True when a one-row enqueue should read the server's time inside its `INSERT`
+/// ([`insert_now`]) instead of a `SELECT {now}` first: the transaction has not read it yet,
+/// the dialect returns rows from writes, no statement limit applies, and the task is not
+/// cancelled at submit (that writes `finished_at` from the same "now").
+fn defers_now(tx: &Tx<'_>, decision: &SubmitDecision) -> bool {
+    tx.needs_now()
+        && tx.core.dialect.update_returning()
+        && tx.core.statement_budget().is_none()
+        && !matches!(decision, SubmitDecision::Canceled { .. })
+}
+
+/// Inserts one row built with a deferred "now" ([`build_row`] with `defer_now`): one
+/// [`INSERT_NOW_SQL`] whose `created_at` — and `run_at`, when the task left it open — is the
+/// server's time, read once in the statement and returned. That time becomes the
+/// transaction's "now" and is written into `row`. An idle enqueue on PostgreSQL is then
+/// `BEGIN`, `INSERT`, `COMMIT`: one round trip fewer than with a `SELECT {now}` first.
+async fn insert_now(tx: &mut Tx<'_>, row: &mut TaskRow) -> Result<(), TxFail> {
+    let mut args = row.insert_args();
+    let open_run_at = row.task.run_at.is_zero();
+    if open_run_at {
+        args[RUN_AT_ARG] = Value::Null(Kind::Int);
+    }
+    args[CREATED_AT_ARG] = Value::Null(Kind::Int);
+    let sql = tx.core.sql(INSERT_NOW_SQL);
+    let rows = tx.fetch(&sql, &args, &[Kind::Int]).await?;
+    let now = match rows.first().and_then(|r| r.first()) {
+        Some(Value::Int(ms)) => Timestamp::from_millis(*ms),
+        _ => return Err(TxFail::Op(tx.core.backend_error(crate::DbError::RowNotFound))),
+    };
+    tx.set_now(now);
+    row.task.created_at = now;
+    if open_run_at {
+        row.task.run_at = now;
+    }
+    Ok(())
+}
+
+/// Where `run_at` and `created_at` are among [`TaskRow::insert_args`].
+const RUN_AT_ARG: usize = 11;
+const CREATED_AT_ARG: usize = 18;
+
+/// One task row whose `run_at` and `created_at` default to the server's time (`COALESCE(?,
+/// now)`, "now" read once for the statement), returning `created_at`. Arguments: every column
+/// of [`TASK_COLUMNS`](crate::row::TASK_COLUMNS), NULL for those two to take the server's time.
+pub(crate) const INSERT_NOW_SQL: &str = "WITH n AS (SELECT {now} AS now) INSERT INTO {tasks} \
+    ({cols}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, n.now), ?, ?, ?, ?, ?, ?, \
+    COALESCE(?, n.now), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM n RETURNING created_at";
 
 /// One edge per distinct parent; `done = 1` when the parent is already terminal.
 pub(crate) async fn insert_edges(
@@ -295,11 +358,28 @@ pub(crate) const KEY_TAIL_SQL: &str = "SELECT id, status FROM {tasks} WHERE busi
 
 #[cfg(test)]
 mod tests {
-    use super::INSERT_SQL;
-    use crate::row::TASK_COLUMN_COUNT;
+    use super::{CREATED_AT_ARG, INSERT_NOW_SQL, INSERT_SQL, RUN_AT_ARG};
+    use crate::row::{TASK_COLUMNS, TASK_COLUMN_COUNT};
 
     #[test]
     fn the_single_row_insert_binds_every_column() {
         assert_eq!(INSERT_SQL.matches('?').count(), TASK_COLUMN_COUNT);
+        assert_eq!(INSERT_NOW_SQL.matches('?').count(), TASK_COLUMN_COUNT);
+    }
+
+    #[test]
+    fn the_server_time_insert_defaults_run_at_and_created_at() {
+        let columns: Vec<&str> = TASK_COLUMNS.split(',').map(str::trim).collect();
+        assert_eq!(columns[RUN_AT_ARG], "run_at");
+        assert_eq!(columns[CREATED_AT_ARG], "created_at");
+        let select = INSERT_NOW_SQL.split(") SELECT ").nth(1).unwrap_or_default();
+        let select = select.split(" FROM n").next().unwrap_or_default();
+        let select = select.replace("COALESCE(?, n.now)", "now");
+        let values: Vec<&str> = select.split(", ").collect();
+        assert_eq!(values.len(), TASK_COLUMN_COUNT);
+        for (i, value) in values.iter().enumerate() {
+            let expected = if i == RUN_AT_ARG || i == CREATED_AT_ARG { "now" } else { "?" };
+            assert_eq!(*value, expected, "value {i} ({})", columns[i]);
+        }
     }
 }
