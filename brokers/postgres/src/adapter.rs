@@ -17,6 +17,9 @@
 //! [`Notifier`](crate::notifier::Notifier) to send one coalesced notification (at most one in
 //! flight per handle). Other processes still
 //! hear about every commit after it happened; in-process waiters are woken by the engine.
+//! Only an idle handle's one-task enqueue carries `pg_notify` in its own `INSERT`
+//! ([`SqlConn::inline_notify`], at most one per notifier gap): nothing is queued behind the
+//! lock then, and the notification leaves with the COMMIT instead of a round trip later.
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool};
@@ -89,7 +92,7 @@ async fn begin_detached(pool: &PgPool) -> DbResult<Transaction<'static, Postgres
 impl Adapter for PgAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
         let tx = self.begin_tx().await?;
-        Ok(Box::new(PgWriteTx { tx, notifier: self.notifier.clone() }))
+        Ok(Box::new(PgWriteTx { tx, notifier: self.notifier.clone(), notified: false }))
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
@@ -136,6 +139,9 @@ impl Adapter for PgAdapter {
 struct PgWriteTx {
     tx: Transaction<'static, Postgres>,
     notifier: Notifier,
+    /// A statement carried this transaction's notification ([`SqlConn::inline_notify`]): it
+    /// goes out with the COMMIT, so the commit asks the notifier for none.
+    notified: bool,
 }
 
 #[async_trait]
@@ -147,14 +153,23 @@ impl SqlConn for PgWriteTx {
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
         fetch(&mut self.tx, sql, args, kinds, true).await
     }
+
+    fn inline_notify(&mut self) -> Option<String> {
+        if self.notified {
+            return None;
+        }
+        let expr = self.notifier.inline()?;
+        self.notified = true;
+        Some(expr)
+    }
 }
 
 #[async_trait]
 impl WriteTx for PgWriteTx {
     async fn commit(self: Box<Self>, woke: bool) -> DbResult<()> {
-        let PgWriteTx { tx, notifier } = *self;
+        let PgWriteTx { tx, notifier, notified } = *self;
         tx.commit().await?;
-        if woke {
+        if woke && !notified {
             notifier.poke();
         }
         Ok(())

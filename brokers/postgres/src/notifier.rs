@@ -2,7 +2,9 @@
 //! `NOTIFY` after its commits, and the listener task that turns other handles' notifications
 //! into in-process wake-ups, re-listening by itself after its connection drops.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgListener, PgPool};
 use taskgate_sql::SqlBroker;
@@ -18,6 +20,26 @@ pub(crate) const MIN_GAP: Duration = Duration::from_millis(5);
 #[derive(Clone, Debug)]
 pub(crate) struct Notifier {
     tx: mpsc::Sender<()>,
+    shared: Arc<Shared>,
+    /// `pg_notify('<channel>', '<tag>')`, for a statement to carry ([`Notifier::inline`]).
+    expr: Arc<str>,
+}
+
+/// What the sender task and the inline notifications share.
+#[derive(Debug)]
+struct Shared {
+    /// The sender task is sending or waiting out [`MIN_GAP`] after a send.
+    busy: AtomicBool,
+    /// When the last inline notification was handed out.
+    last_inline: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// How long the sender must still wait after the last inline notification.
+    fn inline_gap(&self) -> Duration {
+        let last = *self.last_inline.lock().unwrap_or_else(|p| p.into_inner());
+        last.map_or(Duration::ZERO, |at| MIN_GAP.saturating_sub(at.elapsed()))
+    }
 }
 
 impl Notifier {
@@ -30,21 +52,53 @@ impl Notifier {
         // wait for the WAL flush.
         let sql =
             format!("SET LOCAL synchronous_commit TO off; SELECT pg_notify('{channel}', '{tag}')");
+        let shared =
+            Arc::new(Shared { busy: AtomicBool::new(false), last_inline: Mutex::new(None) });
+        let task = shared.clone();
         tokio::spawn(async move {
             while rx.recv().await.is_some() {
+                task.busy.store(true, Ordering::SeqCst);
                 if pool.is_closed() {
                     break;
                 }
+                // At most one notification per gap, inline ones included.
+                tokio::time::sleep(task.inline_gap()).await;
                 let _ = sqlx::raw_sql(&sql).execute(&pool).await;
                 tokio::time::sleep(MIN_GAP).await;
+                task.busy.store(false, Ordering::SeqCst);
             }
         });
-        Notifier { tx }
+        Notifier { tx, shared, expr: format!("pg_notify('{channel}', '{tag}')").into() }
     }
 
     /// Asks for a notification after a commit.
     pub(crate) fn poke(&self) {
         let _ = self.tx.try_send(());
+    }
+
+    /// The `pg_notify` expression for a statement to carry, when this handle is idle: the
+    /// sender neither sending, nor waiting out its gap, nor asked to send, and no inline
+    /// notification within [`MIN_GAP`]. The notification then goes out with the statement's
+    /// COMMIT, one round trip before the sender's would (a cross-process pickup on an idle
+    /// system). Under load the sender's coalescing stays in charge, so notifying commits —
+    /// which PostgreSQL serialises cluster-wide — stay at most one per gap per handle.
+    pub(crate) fn inline(&self) -> Option<String> {
+        self.inline_at(Instant::now())
+    }
+
+    /// [`Notifier::inline`] at `now`.
+    fn inline_at(&self, now: Instant) -> Option<String> {
+        let idle = !self.shared.busy.load(Ordering::SeqCst)
+            && self.tx.capacity() == self.tx.max_capacity();
+        if !idle {
+            return None;
+        }
+        let mut last = self.shared.last_inline.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| now.saturating_duration_since(at) < MIN_GAP) {
+            return None;
+        }
+        *last = Some(now);
+        Some(self.expr.to_string())
     }
 }
 
@@ -87,5 +141,39 @@ async fn listen_once(
             // (re-listening), so a notification may have been missed.
             _ => broker.wake_waiters(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use sqlx::postgres::PgPoolOptions;
+
+    use super::{Notifier, MIN_GAP};
+
+    /// A notifier whose pool never connects (nothing here sends).
+    fn notifier() -> Notifier {
+        let pool = PgPoolOptions::new()
+            .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+            .unwrap_or_else(|e| panic!("lazy pool: {e}"));
+        Notifier::spawn(pool, "chan", "tag")
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_idle_handle_hands_out_one_inline_notify_per_gap() {
+        let n = notifier();
+        let t0 = Instant::now();
+        assert_eq!(n.inline_at(t0).as_deref(), Some("pg_notify('chan', 'tag')"));
+        assert_eq!(n.inline_at(t0 + Duration::from_millis(1)), None, "within the gap");
+        assert!(n.inline_at(t0 + MIN_GAP).is_some(), "a gap later");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_pending_notification_keeps_statements_from_carrying_one() {
+        let n = notifier();
+        // On a current-thread runtime the sender task has not run yet: the poke is pending.
+        n.poke();
+        assert_eq!(n.inline_at(Instant::now() + Duration::from_secs(1)), None);
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use brokertest::{within, TEST_LIMIT};
-use taskgate::{Broker, ManualClock, Task};
+use taskgate::{Broker, BrokerOptions, ManualClock, Task};
 use taskgate_postgres::PgBroker;
 
 /// The second handle's poll interval: long enough that a 50 ms wake-up cannot be a poll.
@@ -83,6 +83,53 @@ async fn notify_wakes_another_handle_and_survives_a_killed_listener(
         }
         println!("pickup after re-listening: {again:?}");
         assert!(common::median(again) <= NOTIFY_LIMIT, "NOTIFY did not come back");
+        common::finish(s, &[&a, &b]).await
+    })
+    .await
+}
+
+/// On the server's clock (no injected one) a one-task enqueue reads the server's time inside
+/// its `INSERT`; on an idle handle that statement also carries the `pg_notify`, which goes out
+/// with the COMMIT. (Which enqueues may carry one — at most one per gap — is checked by the
+/// notifier's unit tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_enqueue_carries_its_notify_in_the_insert() -> Result<(), taskgate::BoxError> {
+    within(TEST_LIMIT, "an_idle_enqueue_carries_its_notify_in_the_insert", async move {
+        let Some(s) = common::storage("inline notify").await else { return Ok(()) };
+        let server_clock =
+            || BrokerOptions { default_lease_ttl: Duration::from_secs(60), ..Default::default() };
+        let log = taskgate_sql::StatementLog::new();
+        let a = s.options()?.poll_interval(POLL).record_statements(log.clone()).connect().await?;
+        a.init(server_clock()).await?;
+        let b = s.options()?.poll_interval(POLL).connect().await?;
+        b.init(server_clock()).await?;
+        let listener = format!("{}:listen", b.application_name());
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                common::sessions(&s, &listener).await.unwrap_or(0) == 1
+            })
+            .await
+        );
+        // Let the handle's earlier notifications (none expected) age past the gap.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        log.take();
+
+        let first = pickup(&a, &b, "q", "inline").await;
+        let texts = log.texts();
+        let inserts: Vec<&String> = texts.iter().filter(|t| t.contains("INSERT INTO")).collect();
+        assert_eq!(inserts.len(), 1, "one INSERT for one task: {texts:#?}");
+        assert!(
+            inserts[0].contains("pg_notify("),
+            "the idle enqueue carries its notify: {texts:#?}"
+        );
+        assert!(
+            !texts.iter().any(|t| t.trim_start().starts_with("SELECT CAST(FLOOR")),
+            "no separate read of the server's time: {texts:#?}"
+        );
+        assert!(first < POLL, "the inline notify did not wake the other handle: {first:?}");
+
+        // Back to back: the second enqueue is within the notifier's gap, so its INSERT carries
+        // no notify (the notifier sends one after the gap, at most one per gap per handle).
         common::finish(s, &[&a, &b]).await
     })
     .await

@@ -32,6 +32,15 @@ pub trait SqlConn: Send {
     /// Runs a query and decodes every row: column `i` as `kinds[i]`, NULL as
     /// [`Value::Null`]. A row with fewer columns than `kinds` is a decode error.
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>>;
+
+    /// An SQL expression that tells other processes about this transaction's work when it
+    /// commits (PostgreSQL: `pg_notify(…)`, delivered at COMMIT), if the adapter wants it
+    /// carried inside a statement now; the engine then evaluates it exactly once in the next
+    /// statement, and the transaction sends no notification of its own after the commit.
+    /// Default `None`: notify after commit as [`WriteTx::commit`] says.
+    fn inline_notify(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// A write transaction opened by [`Adapter::begin`]. Dropping it without commit rolls back.

@@ -137,6 +137,10 @@ impl<T: SqlConn + ?Sized> SqlConn for Recorded<T> {
         self.log.record(sql, args);
         self.inner.fetch(sql, args, kinds).await
     }
+
+    fn inline_notify(&mut self) -> Option<String> {
+        self.inner.inline_notify()
+    }
 }
 
 #[async_trait]

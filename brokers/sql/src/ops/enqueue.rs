@@ -280,10 +280,13 @@ fn defers_now(tx: &Tx<'_>, decision: &SubmitDecision) -> bool {
 }
 
 /// Inserts one row built with a deferred "now" ([`build_row`] with `defer_now`): one
-/// [`INSERT_NOW_SQL`] whose `created_at` — and `run_at`, when the task left it open — is the
+/// [`insert_now_sql`] whose `created_at` — and `run_at`, when the task left it open — is the
 /// server's time, read once in the statement and returned. That time becomes the
 /// transaction's "now" and is written into `row`. An idle enqueue on PostgreSQL is then
-/// `BEGIN`, `INSERT`, `COMMIT`: one round trip fewer than with a `SELECT {now}` first.
+/// `BEGIN`, `INSERT`, `COMMIT`: one round trip fewer than with a `SELECT {now}` first. A
+/// ready task also carries the adapter's [`inline_notify`](crate::SqlConn::inline_notify)
+/// expression when it offers one (an idle PostgreSQL handle), so other processes hear of it
+/// at the COMMIT rather than from a notification sent after it.
 async fn insert_now(tx: &mut Tx<'_>, row: &mut TaskRow) -> Result<(), TxFail> {
     let mut args = row.insert_args();
     let open_run_at = row.task.run_at.is_zero();
@@ -291,7 +294,17 @@ async fn insert_now(tx: &mut Tx<'_>, row: &mut TaskRow) -> Result<(), TxFail> {
         args[RUN_AT_ARG] = Value::Null(Kind::Int);
     }
     args[CREATED_AT_ARG] = Value::Null(Kind::Int);
-    let sql = tx.core.sql(INSERT_NOW_SQL);
+    let notify = match row.task.status == Status::Pending {
+        true => tx.conn.inline_notify(),
+        false => None,
+    };
+    let sql = match notify {
+        // The expression is the handle's own constant: one cached text per handle.
+        Some(expr) => {
+            tx.core.sql_sized("insert_now_notify", (0, 0), || insert_now_sql(Some(&expr)))
+        }
+        None => tx.core.sql_sized("insert_now", (0, 0), || insert_now_sql(None)),
+    };
     let rows = tx.fetch(&sql, &args, &[Kind::Int]).await?;
     let now = match rows.first().and_then(|r| r.first()) {
         Some(Value::Int(ms)) => Timestamp::from_millis(*ms),
@@ -309,12 +322,27 @@ async fn insert_now(tx: &mut Tx<'_>, row: &mut TaskRow) -> Result<(), TxFail> {
 const RUN_AT_ARG: usize = 11;
 const CREATED_AT_ARG: usize = 18;
 
-/// One task row whose `run_at` and `created_at` default to the server's time (`COALESCE(?,
-/// now)`, "now" read once for the statement), returning `created_at`. Arguments: every column
-/// of [`TASK_COLUMNS`](crate::row::TASK_COLUMNS), NULL for those two to take the server's time.
-pub(crate) const INSERT_NOW_SQL: &str = "WITH n AS (SELECT {now} AS now) INSERT INTO {tasks} \
-    ({cols}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, n.now), ?, ?, ?, ?, ?, ?, \
-    COALESCE(?, n.now), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM n RETURNING created_at";
+/// The one-row `INSERT` of [`insert_now`]: `run_at` and `created_at` default to the server's
+/// time (`COALESCE(?, n.now)`, "now" read once for the statement in the `n` CTE). Arguments:
+/// every column of [`TASK_COLUMNS`](crate::row::TASK_COLUMNS), NULL for those two to take the
+/// server's time.
+pub(crate) const INSERT_FROM_NOW: &str = "INSERT INTO {tasks} ({cols}) SELECT ?, ?, ?, ?, ?, \
+    ?, ?, ?, ?, ?, ?, COALESCE(?, n.now), ?, ?, ?, ?, ?, ?, COALESCE(?, n.now), ?, ?, ?, ?, ?, \
+    ?, ?, ?, ?, ?, ? FROM n";
+
+/// [`INSERT_FROM_NOW`] with the server's time and returning `created_at`; with `notify` (an
+/// adapter's [`inline_notify`](crate::SqlConn::inline_notify) expression) evaluated once in a
+/// CTE the result joins, so the notification goes out with the COMMIT.
+pub(crate) fn insert_now_sql(notify: Option<&str>) -> String {
+    let now = "n AS (SELECT {now} AS now)";
+    match notify {
+        None => format!("WITH {now} {INSERT_FROM_NOW} RETURNING created_at"),
+        Some(expr) => format!(
+            "WITH {now}, i AS ({INSERT_FROM_NOW} RETURNING created_at), \
+             w AS (SELECT {expr} AS v) SELECT i.created_at FROM i, w"
+        ),
+    }
+}
 
 /// One edge per distinct parent; `done = 1` when the parent is already terminal.
 pub(crate) async fn insert_edges(
@@ -358,13 +386,16 @@ pub(crate) const KEY_TAIL_SQL: &str = "SELECT id, status FROM {tasks} WHERE busi
 
 #[cfg(test)]
 mod tests {
-    use super::{CREATED_AT_ARG, INSERT_NOW_SQL, INSERT_SQL, RUN_AT_ARG};
+    use super::{insert_now_sql, CREATED_AT_ARG, INSERT_FROM_NOW, INSERT_SQL, RUN_AT_ARG};
     use crate::row::{TASK_COLUMNS, TASK_COLUMN_COUNT};
 
     #[test]
     fn the_single_row_insert_binds_every_column() {
         assert_eq!(INSERT_SQL.matches('?').count(), TASK_COLUMN_COUNT);
-        assert_eq!(INSERT_NOW_SQL.matches('?').count(), TASK_COLUMN_COUNT);
+        assert_eq!(INSERT_FROM_NOW.matches('?').count(), TASK_COLUMN_COUNT);
+        for notify in [None, Some("pg_notify('c', 't')")] {
+            assert_eq!(insert_now_sql(notify).matches('?').count(), TASK_COLUMN_COUNT);
+        }
     }
 
     #[test]
@@ -372,8 +403,8 @@ mod tests {
         let columns: Vec<&str> = TASK_COLUMNS.split(',').map(str::trim).collect();
         assert_eq!(columns[RUN_AT_ARG], "run_at");
         assert_eq!(columns[CREATED_AT_ARG], "created_at");
-        let select = INSERT_NOW_SQL.split(") SELECT ").nth(1).unwrap_or_default();
-        let select = select.split(" FROM n").next().unwrap_or_default();
+        let select = INSERT_FROM_NOW.split(") SELECT ").nth(1).unwrap_or_default();
+        let select = select.strip_suffix(" FROM n").unwrap_or_default();
         let select = select.replace("COALESCE(?, n.now)", "now");
         let values: Vec<&str> = select.split(", ").collect();
         assert_eq!(values.len(), TASK_COLUMN_COUNT);
