@@ -2,7 +2,6 @@
 //! `NOTIFY` after its commits, and the listener task that turns other handles' notifications
 //! into in-process wake-ups, re-listening by itself after its connection drops.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,32 +13,30 @@ use tokio::sync::mpsc;
 pub(crate) const MIN_GAP: Duration = Duration::from_millis(5);
 
 /// Sends one `NOTIFY` per burst of commits: pokes while a notification is in flight, or within
-/// [`MIN_GAP`] after it, are coalesced into the next one. So a handle runs at most one notifying
+/// [`MIN_GAP`] of the last one, are coalesced into the next one. So a handle runs at most one notifying
 /// transaction at a time and at most one per `MIN_GAP` under load (PostgreSQL serialises
 /// notifying commits cluster-wide), while an idle system still notifies at once.
 #[derive(Clone, Debug)]
 pub(crate) struct Notifier {
     tx: mpsc::Sender<()>,
-    shared: Arc<Shared>,
+    /// When this handle's last notification was sent or handed to a statement: the one gap
+    /// both the sender task and [`Notifier::inline`] keep.
+    last: Arc<Mutex<Option<Instant>>>,
     /// `pg_notify('<channel>', '<tag>')`, for a statement to carry ([`Notifier::inline`]).
     expr: Arc<str>,
 }
 
-/// What the sender task and the inline notifications share.
-#[derive(Debug)]
-struct Shared {
-    /// The sender task is sending or waiting out [`MIN_GAP`] after a send.
-    busy: AtomicBool,
-    /// When the last inline notification was handed out.
-    last_inline: Mutex<Option<Instant>>,
-}
-
-impl Shared {
-    /// How long the sender must still wait after the last inline notification.
-    fn inline_gap(&self) -> Duration {
-        let last = *self.last_inline.lock().unwrap_or_else(|p| p.into_inner());
-        last.map_or(Duration::ZERO, |at| MIN_GAP.saturating_sub(at.elapsed()))
+/// Takes the next notification slot at `now` if [`MIN_GAP`] has passed since the last one;
+/// else how long is left.
+fn take_slot(last: &Mutex<Option<Instant>>, now: Instant) -> Result<(), Duration> {
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    let left =
+        last.map_or(Duration::ZERO, |at| MIN_GAP.saturating_sub(now.saturating_duration_since(at)));
+    if !left.is_zero() {
+        return Err(left);
     }
+    *last = Some(now);
+    Ok(())
 }
 
 impl Notifier {
@@ -52,23 +49,22 @@ impl Notifier {
         // wait for the WAL flush.
         let sql =
             format!("SET LOCAL synchronous_commit TO off; SELECT pg_notify('{channel}', '{tag}')");
-        let shared =
-            Arc::new(Shared { busy: AtomicBool::new(false), last_inline: Mutex::new(None) });
-        let task = shared.clone();
+        let last = Arc::new(Mutex::new(None));
+        let task_last = last.clone();
         tokio::spawn(async move {
             while rx.recv().await.is_some() {
-                task.busy.store(true, Ordering::SeqCst);
                 if pool.is_closed() {
                     break;
                 }
-                // At most one notification per gap, inline ones included.
-                tokio::time::sleep(task.inline_gap()).await;
+                // Pokes that arrive while this waits out the gap wait in the channel (one
+                // place): they are coalesced into the next notification.
+                while let Err(left) = take_slot(&task_last, Instant::now()) {
+                    tokio::time::sleep(left).await;
+                }
                 let _ = sqlx::raw_sql(&sql).execute(&pool).await;
-                tokio::time::sleep(MIN_GAP).await;
-                task.busy.store(false, Ordering::SeqCst);
             }
         });
-        Notifier { tx, shared, expr: format!("pg_notify('{channel}', '{tag}')").into() }
+        Notifier { tx, last, expr: format!("pg_notify('{channel}', '{tag}')").into() }
     }
 
     /// Asks for a notification after a commit.
@@ -76,28 +72,22 @@ impl Notifier {
         let _ = self.tx.try_send(());
     }
 
-    /// The `pg_notify` expression for a statement to carry, when this handle is idle: the
-    /// sender neither sending, nor waiting out its gap, nor asked to send, and no inline
-    /// notification within [`MIN_GAP`]. The notification then goes out with the statement's
-    /// COMMIT, one round trip before the sender's would (a cross-process pickup on an idle
-    /// system). Under load the sender's coalescing stays in charge, so notifying commits —
-    /// which PostgreSQL serialises cluster-wide — stay at most one per gap per handle.
+    /// The `pg_notify` expression for a statement to carry, when this handle is idle: no
+    /// notification asked of the sender, and none sent or handed out within [`MIN_GAP`]. The
+    /// notification then goes out with the statement's COMMIT, one round trip before the
+    /// sender's would (a cross-process pickup on an idle system). Under load the sender's
+    /// coalescing stays in charge, so notifying commits — which PostgreSQL serialises
+    /// cluster-wide — stay at most one per gap per handle.
     pub(crate) fn inline(&self) -> Option<String> {
         self.inline_at(Instant::now())
     }
 
     /// [`Notifier::inline`] at `now`.
     fn inline_at(&self, now: Instant) -> Option<String> {
-        let idle = !self.shared.busy.load(Ordering::SeqCst)
-            && self.tx.capacity() == self.tx.max_capacity();
-        if !idle {
+        if self.tx.capacity() < self.tx.max_capacity() {
             return None;
         }
-        let mut last = self.shared.last_inline.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|at| now.saturating_duration_since(at) < MIN_GAP) {
-            return None;
-        }
-        *last = Some(now);
+        take_slot(&self.last, now).ok()?;
         Some(self.expr.to_string())
     }
 }
