@@ -30,6 +30,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "audit",
         sql: include_str!("../../../migrations/mysql/0005_audit.sql"),
     },
+    Migration {
+        version: 6,
+        name: "ack_token",
+        sql: include_str!("../../../migrations/mysql/0006_ack_token.sql"),
+    },
 ];
 
 #[cfg(test)]

@@ -252,6 +252,7 @@ mod tests {
             (3, "names_by_bytes"),
             (4, "priority"),
             (5, "audit"),
+            (6, "ack_token"),
         ];
         assert_eq!(versions, expected);
     }

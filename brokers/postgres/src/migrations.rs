@@ -30,4 +30,9 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "audit",
         sql: include_str!("../../../migrations/postgres/0005_audit.sql"),
     },
+    Migration {
+        version: 6,
+        name: "ack_token",
+        sql: include_str!("../../../migrations/postgres/0006_ack_token.sql"),
+    },
 ];

@@ -36,6 +36,7 @@ async fn eight_handles_migrate_a_fresh_prefix_at_once() -> Result<(), taskgate::
             (3, "names_by_bytes"),
             (4, "priority"),
             (5, "audit"),
+            (6, "ack_token"),
         ];
         let expected: Vec<(i64, String)> =
             expected.iter().map(|(v, n)| (*v, (*n).to_owned())).collect();
