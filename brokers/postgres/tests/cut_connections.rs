@@ -2,7 +2,8 @@
 //! (`taskgate_sql::cutproxy`): a COMMIT cut before it reached the server or after the server
 //! applied it (enqueue, enqueue_many and ack return the truth, nothing doubled or lost), a
 //! server that stays unreachable after a lost COMMIT (the repeated call resolves it without a
-//! duplicate), and an unreachable server (a closed port, a name that does not resolve, a
+//! duplicate; a childless task's ack is the one-statement ack, cut where that statement
+//! commits), and an unreachable server (a closed port, a name that does not resolve, a
 //! server gone after `init`), reported at once with the driver's cause, as on MySQL.
 
 mod common;
@@ -33,6 +34,8 @@ async fn a_commit_cut_before_or_after_the_server_applied_it_returns_the_truth(
     direct.init(BrokerOptions::default()).await?;
     let (through, proxy) = through_proxy(&storage).await?;
     cutproxy::check_commit_cuts(&through, &direct, &proxy).await?;
+    // The acks of childless tasks run as one autocommit statement: their cuts were there.
+    assert!(proxy.ack_cuts() > 0, "no one-statement ack was cut ({} cuts)", proxy.cuts());
     through.close().await?;
     direct.close().await?;
     storage.cleanup().await
@@ -48,6 +51,8 @@ async fn a_lost_commit_on_a_server_that_stays_away_is_resolved_by_the_repeat(
     direct.init(BrokerOptions::default()).await?;
     let (through, proxy) = through_proxy(&storage).await?;
     cutproxy::check_unresolved_commits(&through, &direct, &proxy).await?;
+    // The lost ack was the one-statement ack: settled by its `ack_token`.
+    assert_eq!(proxy.ack_cuts(), 1, "the ack's cut ({} cuts)", proxy.cuts());
     through.close().await?;
     direct.close().await?;
     storage.cleanup().await

@@ -1,6 +1,7 @@
 //! [`SqlBroker`]: the whole [`Broker`] contract, written once for every SQL database and run on
 //! a backend's [`Adapter`] and [`Dialect`].
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,7 @@ use crate::migrate::{migrate, Migration};
 use crate::ops::ack::{self, AckRun};
 use crate::ops::{audit, claim, enqueue, finish, prune, read, reap, replay};
 use crate::quota::Provider;
-use crate::resolve;
+use crate::resolve::{self, LostAck};
 use crate::{Adapter, Dialect, SqlConn};
 
 /// How a backend configures the engine.
@@ -729,56 +730,104 @@ impl SqlBroker {
         Err(self.core.fail(e))
     }
 
-    /// Settles one ack transaction's outcome. `done` is the last attempt's; `unknown` the
-    /// attempts whose COMMIT was lost, `earlier` what lost attempts of an earlier call wrote
-    /// per item. An item the last attempt found no longer running with its token (LeaseLost)
-    /// is `Ok` when the task is completed with exactly the `finished_at` a lost attempt wrote
-    /// and the item's result: that attempt was applied (its Notify snapshots are published
-    /// now). When the outcome stays unknown, what each item's lost attempts wrote is
-    /// remembered so that repeating the ack settles it.
-    /// Acks validated `items` in chunks, one transaction each; each item's outcome in order.
+    /// Acks validated `items` in chunks; each item's outcome in order. Where
+    /// [`ack::autocommits`], a chunk's childless items are completed first by one autocommit
+    /// statement; the rest (and all of a chunk that statement could not take) run in one
+    /// transaction.
     pub(crate) async fn ack_valid(
         &self,
         opts: &ResolvedOptions,
         valid: &[AckItem],
     ) -> Result<Vec<Result<()>>> {
         let mut results = Vec::with_capacity(valid.len());
+        let autocommits = ack::autocommits(&self.core, opts);
         for chunk in valid.chunks(self.ack_chunk()) {
-            let returning = self.ack_returning();
             // What an earlier call of this handle, whose outcome is unknown, wrote per item.
-            let earlier = self.core.unresolved.take_acks(chunk);
-            let mut unknown = Vec::new();
-            let done = (self.core.tx(opts, "ack").settle(&mut unknown))
-                .run(&(chunk, returning), |tx, &(chunk, returning)| {
-                    Box::pin(ack::ack_many(tx, chunk, returning))
-                })
-                .await;
-            results.extend(self.settle_acks(opts, chunk, earlier, unknown, done).await?);
+            let mut earlier = self.core.unresolved.take_acks(chunk);
+            if !(autocommits && ack::fits_one_statement(chunk)) {
+                results.extend(self.ack_in_tx(opts, chunk, earlier).await?);
+                continue;
+            }
+            let acked = match ack::ack_autocommit(&self.core, chunk, self.core.local_now(opts)).await {
+                Ok(acked) => acked,
+                Err(e) => {
+                    // Nothing written, or (connection lost) maybe all of it: the transaction
+                    // acks what is left, and `ack_token` tells the lost statement's work.
+                    if self.core.dialect.is_connection_lost(&e) {
+                        earlier.iter_mut().for_each(|lost| lost.autocommit = true);
+                    }
+                    HashSet::new()
+                }
+            };
+            let (mut rest, mut rest_earlier) = (Vec::new(), Vec::new());
+            for (item, lost) in chunk.iter().zip(earlier) {
+                if !acked.contains(&item.id) {
+                    rest.push(item.clone());
+                    rest_earlier.push(lost);
+                }
+            }
+            let mut rest_outcomes = match rest.is_empty() {
+                true => Vec::new(),
+                false => self.ack_in_tx(opts, &rest, rest_earlier).await?,
+            }
+            .into_iter();
+            for item in chunk {
+                let outcome = match acked.contains(&item.id) {
+                    true => Ok(()),
+                    false => rest_outcomes.next().unwrap_or(Ok(())),
+                };
+                results.push(outcome);
+            }
         }
         Ok(results)
     }
 
+    /// Acks `chunk` in one transaction (settling lost COMMITs, [`Self::settle_acks`]).
+    async fn ack_in_tx(
+        &self,
+        opts: &ResolvedOptions,
+        chunk: &[AckItem],
+        earlier: Vec<LostAck>,
+    ) -> Result<Vec<Result<()>>> {
+        let returning = self.ack_returning();
+        let mut unknown = Vec::new();
+        let done = (self.core.tx(opts, "ack").settle(&mut unknown))
+            .run(&(chunk, returning), |tx, &(chunk, returning)| {
+                Box::pin(ack::ack_many(tx, chunk, returning))
+            })
+            .await;
+        self.settle_acks(opts, chunk, earlier, unknown, done).await
+    }
+
+    /// Settles one ack transaction's outcome. `done` is the last attempt's; `unknown` the
+    /// attempts whose COMMIT was lost, `earlier` what lost attempts of this or an earlier call
+    /// wrote per item. An item the last attempt found no longer running with its token
+    /// (LeaseLost) is `Ok` when a lost attempt was applied: the task is completed with exactly
+    /// the `finished_at` a lost transaction wrote and the item's result (its Notify snapshots
+    /// are published now), or its `ack_token` is the item's token (a lost one-statement ack).
+    /// When the outcome stays unknown, what each item's lost attempts wrote is remembered so
+    /// that repeating the ack settles it.
     pub(crate) async fn settle_acks(
         &self,
         opts: &ResolvedOptions,
         chunk: &[AckItem],
-        earlier: Vec<Vec<Timestamp>>,
+        earlier: Vec<LostAck>,
         unknown: Vec<crate::core::Settled<AckRun>>,
         done: std::result::Result<AckRun, TxFail>,
     ) -> Result<Vec<Result<()>>> {
-        // Per item: the finish times lost attempts wrote for it.
+        // Per item: what lost attempts wrote for it.
         let mut wrote = earlier;
         for ((outcomes, now), _, _) in &unknown {
             for (i, outcome) in outcomes.iter().enumerate() {
                 if let (Ok(()), Some(now), Some(w)) = (outcome, now, wrote.get_mut(i)) {
-                    w.push(*now);
+                    w.finished.push(*now);
                 }
             }
         }
-        let remember = |wrote: &[Vec<Timestamp>]| {
-            for (item, finished) in chunk.iter().zip(wrote) {
-                if !finished.is_empty() {
-                    self.core.unresolved.put_ack(&item.id, &item.token, finished.clone());
+        let remember = |wrote: &[LostAck]| {
+            for (item, lost) in chunk.iter().zip(wrote) {
+                if !lost.is_empty() {
+                    self.core.unresolved.put_ack(&item.id, &item.token, lost.clone());
                 }
             }
         };
@@ -798,6 +847,25 @@ impl SqlBroker {
         if suspects.is_empty() {
             return Ok(outcomes);
         }
+        let by_token: Vec<&str> = (suspects.iter())
+            .filter(|i| wrote.get(**i).is_some_and(|w| w.autocommit))
+            .map(|i| chunk[*i].id.as_str())
+            .collect();
+        if !by_token.is_empty() {
+            let tokens = match ack::ack_tokens(&self.core, &by_token).await {
+                Ok(tokens) => tokens,
+                Err(read) => {
+                    remember(&wrote);
+                    return Err(read);
+                }
+            };
+            for i in &suspects {
+                let item = &chunk[*i];
+                if tokens.get(&item.id).is_some_and(|t| *t == item.token) {
+                    outcomes[*i] = Ok(());
+                }
+            }
+        }
         let ids: Vec<&str> = suspects.iter().map(|i| chunk[*i].id.as_str()).collect();
         let stored = match read::by_ids(&self.core, &ids).await {
             Ok(stored) => stored,
@@ -810,7 +878,7 @@ impl SqlBroker {
         for i in suspects {
             let item = &chunk[i];
             let Some(task) = stored.get(&item.id) else { continue };
-            let finished = task.finished_at.filter(|at| wrote[i].contains(at));
+            let finished = task.finished_at.filter(|at| wrote[i].finished.contains(at));
             if task.status == taskgate::Status::Completed && task.result == item.result {
                 if let Some(at) = finished {
                     outcomes[i] = Ok(());
@@ -828,13 +896,13 @@ impl SqlBroker {
         Ok(outcomes)
     }
 
-    /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
     /// True when acks use the one-statement form, which binds every result in one statement:
     /// with a server statement limit, the two-step form splits the write instead.
     pub(crate) fn ack_returning(&self) -> bool {
         self.core.dialect.update_returning() && self.core.statement_budget().is_none()
     }
 
+    /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
     pub(crate) fn ack_chunk(&self) -> usize {
         (self.core.dialect.max_params() / 4).clamp(1, 1_000)
     }

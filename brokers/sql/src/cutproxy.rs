@@ -6,14 +6,19 @@
 //! `test-hooks`.
 //!
 //! It recognises the `COMMIT` that sqlx sends as a plain-text query: PostgreSQL's simple
-//! `Query` message ([`PG_COMMIT`]) and MySQL's `COM_QUERY` packet ([`MYSQL_COMMIT`]). The
-//! connection must not be encrypted (`sslmode=disable`, `ssl-mode=disabled`), and a `COMMIT`
-//! split across two reads is not seen (sqlx writes it in one piece; a test asserts
-//! [`CutProxy::cuts`] so a missed one fails it).
+//! `Query` message ([`PG_COMMIT`]) and MySQL's `COM_QUERY` packet ([`MYSQL_COMMIT`]). On
+//! PostgreSQL it also recognises where the engine's one-statement ack commits (an autocommit
+//! statement sends no `COMMIT`): it follows the client's messages, remembers the prepared
+//! statements whose `Parse` carries the ack's marker comment, and treats the `Bind` of one as
+//! that statement's commit (the server runs it and commits at the `Sync` after it, before it
+//! answers). The connection must not be encrypted (`sslmode=disable`, `ssl-mode=disabled`),
+//! and a `COMMIT` split across two reads is not seen (sqlx writes it in one piece; a test
+//! asserts [`CutProxy::cuts`] so a missed one fails it).
 //!
 //! The checks every server backend runs through it are here too, written once:
 //! [`check_commit_cuts`], [`check_unresolved_commits`], [`check_unreachable_fails_fast`].
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,8 +55,12 @@ pub enum Cut {
 struct Shared {
     upstream: SocketAddr,
     commit: &'static [u8],
+    /// Follow PostgreSQL's frontend messages for the one-statement ack ([`PgFrontend`]).
+    pg: bool,
     armed: Mutex<Option<Cut>>,
     cuts: AtomicUsize,
+    /// Of the cuts, those at a one-statement ack (not at a `COMMIT`).
+    ack_cuts: AtomicUsize,
     /// `true` closes every connection at once.
     kill: watch::Sender<bool>,
     /// `true` stops the accept loop; it drops the listener and then sets `closed`.
@@ -93,15 +102,18 @@ pub fn closed_port() -> std::io::Result<u16> {
 
 impl CutProxy {
     /// Starts a proxy on a free port of 127.0.0.1 forwarding to `upstream`, recognising
-    /// `commit` ([`PG_COMMIT`] or [`MYSQL_COMMIT`]).
+    /// `commit` ([`PG_COMMIT`] or [`MYSQL_COMMIT`]; with [`PG_COMMIT`], the one-statement
+    /// ack's commit too).
     pub async fn start(upstream: SocketAddr, commit: &'static [u8]) -> std::io::Result<CutProxy> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             upstream,
             commit,
+            pg: commit == PG_COMMIT,
             armed: Mutex::new(None),
             cuts: AtomicUsize::new(0),
+            ack_cuts: AtomicUsize::new(0),
             kill: watch::channel(false).0,
             stop: watch::channel(false).0,
             closed: watch::channel(false).0,
@@ -120,9 +132,15 @@ impl CutProxy {
         *self.shared.armed.lock().unwrap_or_else(|p| p.into_inner()) = Some(cut);
     }
 
-    /// How many `COMMIT`s were cut so far.
+    /// How many `COMMIT`s were cut so far (a one-statement ack's commit counting as one).
     pub fn cuts(&self) -> usize {
         self.shared.cuts.load(Ordering::SeqCst)
+    }
+
+    /// How many of [`CutProxy::cuts`] were at PostgreSQL's one-statement ack rather than at a
+    /// `COMMIT`: a test asserts it to know that path was cut.
+    pub fn ack_cuts(&self) -> usize {
+        self.shared.ack_cuts.load(Ordering::SeqCst)
     }
 
     /// Closes every open connection (the server sees each one close; open transactions roll
@@ -210,6 +228,7 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
             }
         }
     };
+    let mut pg = shared.pg.then(PgFrontend::default);
     let to_server = async move {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -221,11 +240,18 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                 },
             };
             let chunk = &buf[..n];
-            let at = find(chunk, shared.commit);
+            let ack_at = pg.as_mut().and_then(|pg| pg.feed(chunk));
+            let at = match (find(chunk, shared.commit), ack_at) {
+                (Some(commit), Some(ack)) => Some(commit.min(ack)),
+                (commit, ack) => commit.or(ack),
+            };
             let cut = match at {
                 Some(_) => shared.armed.lock().unwrap_or_else(|p| p.into_inner()).take(),
                 None => None,
             };
+            if cut.is_some() && at == ack_at {
+                shared.ack_cuts.fetch_add(1, Ordering::SeqCst);
+            }
             match (cut, at) {
                 (Some(Cut::BeforeCommit), Some(at)) => {
                     let _ = server_write.write_all(&chunk[..at]).await;
@@ -253,6 +279,76 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     tokio::select! {
         () = to_client => {}
         () = to_server => {}
+    }
+}
+
+/// PostgreSQL's frontend messages on one connection, followed to find the one-statement ack's
+/// commit: the `Bind` of a prepared statement whose `Parse` carried
+/// [`AUTOCOMMIT_ACK_MARKER`](crate::ops::ack::AUTOCOMMIT_ACK_MARKER).
+#[derive(Default)]
+struct PgFrontend {
+    /// The startup packet (the one message without a type byte) has gone by.
+    started: bool,
+    /// The start of a message whose end has not arrived yet.
+    partial: Vec<u8>,
+    /// Names of the prepared statements that are the one-statement ack.
+    acks: HashSet<Vec<u8>>,
+}
+
+impl PgFrontend {
+    /// Reads `chunk` (the next bytes the client sent); returns where in it the first `Bind` of
+    /// a one-statement ack starts (0 when it began in an earlier chunk).
+    fn feed(&mut self, chunk: &[u8]) -> Option<usize> {
+        let marker = crate::ops::ack::AUTOCOMMIT_ACK_MARKER.as_bytes();
+        let carried = self.partial.len();
+        let mut buf = std::mem::take(&mut self.partial);
+        buf.extend_from_slice(chunk);
+        let (mut at, mut found) = (0, None);
+        loop {
+            let rest = &buf[at..];
+            let (head, tag) = if self.started { (5, rest.first().copied()) } else { (4, None) };
+            let Some(len) = rest.get(head - 4..head).map(|b| be_u32(b) as usize) else { break };
+            let end = head - 4 + len;
+            if len < 4 || rest.len() < end {
+                break;
+            }
+            let body = &rest[head..end];
+            match tag {
+                None => self.started = true,
+                Some(b'P') => {
+                    let (name, tail) = cstr(body);
+                    let (query, _) = cstr(tail);
+                    match find(query, marker) {
+                        Some(_) => self.acks.insert(name.to_vec()),
+                        None => self.acks.remove(name),
+                    };
+                }
+                Some(b'B') => {
+                    let (_portal, tail) = cstr(body);
+                    let (name, _) = cstr(tail);
+                    if found.is_none() && self.acks.contains(name) {
+                        found = Some(at.saturating_sub(carried));
+                    }
+                }
+                Some(_) => {}
+            }
+            at += end;
+        }
+        self.partial = buf[at..].to_vec();
+        found
+    }
+}
+
+/// A big-endian `u32` from four bytes.
+fn be_u32(b: &[u8]) -> u32 {
+    b.iter().fold(0, |n, byte| n << 8 | u32::from(*byte))
+}
+
+/// Splits a NUL-terminated string off the front of `b`: (the string, what follows the NUL).
+fn cstr(b: &[u8]) -> (&[u8], &[u8]) {
+    match b.iter().position(|c| *c == 0) {
+        Some(nul) => (&b[..nul], &b[nul + 1..]),
+        None => (b, &[]),
     }
 }
 
@@ -457,5 +553,42 @@ mod tests {
         assert_eq!(find(b"xxQ\x00\x00\x00\x0bCOMMIT\x00", PG_COMMIT), Some(2));
         assert_eq!(find(MYSQL_COMMIT, MYSQL_COMMIT), Some(0));
         assert_eq!(find(b"COMMIT", PG_COMMIT), None);
+    }
+
+    /// One frontend message: its type byte, its length, its body.
+    fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![tag];
+        m.extend_from_slice(&(u32::try_from(body.len() + 4).unwrap_or(0)).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn parse(name: &str, query: &str) -> Vec<u8> {
+        message(b'P', format!("{name}\0{query}\0\0\0").as_bytes())
+    }
+
+    fn bind(name: &str) -> Vec<u8> {
+        message(b'B', format!("\0{name}\0\0\0\0\0\0\0").as_bytes())
+    }
+
+    #[test]
+    fn the_bind_of_a_marked_statement_is_found_across_reads() {
+        let marker = crate::ops::ack::AUTOCOMMIT_ACK_MARKER;
+        let mut pg = PgFrontend::default();
+        let startup = [&[0, 0, 0, 8][..], &[0, 3, 0, 0]].concat();
+        let prepare =
+            [parse("s1", &format!("{marker} UPDATE t")), parse("s2", "SELECT 1")].concat();
+        assert_eq!(pg.feed(&[startup, prepare].concat()), None, "a Parse is no commit");
+        assert_eq!(pg.feed(&bind("s2")), None, "another statement");
+        let run = [bind("s1"), message(b'E', b"\0\0\0\0\0"), message(b'S', b"")].concat();
+        let sync = message(b'S', b"");
+        assert_eq!(pg.feed(&[sync.clone(), run.clone()].concat()), Some(sync.len()));
+        // Split inside the Bind: found in the read that completes it, at its start (0).
+        let (head, tail) = run.split_at(3);
+        assert_eq!(pg.feed(head), None);
+        assert_eq!(pg.feed(tail), Some(0));
+        // A name prepared again for another statement is no longer the ack.
+        assert_eq!(pg.feed(&parse("s1", "SELECT 2")), None);
+        assert_eq!(pg.feed(&bind("s1")), None);
     }
 }

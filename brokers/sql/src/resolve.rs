@@ -4,7 +4,10 @@
 //! An enqueue runs its transaction again under the IDs it chose before the first attempt
 //! (the primary key makes a second copy impossible; a run that finds its rows there compares
 //! them with what it wrote), and an ack runs again with the same tokens (a run that finds the
-//! task completed compares `finished_at` and the result with what the lost attempt wrote).
+//! task completed compares `finished_at` and the result with what the lost attempt wrote). An
+//! ack that ran as one autocommit statement (PostgreSQL, a childless task) and lost its answer
+//! is proven applied by the task's `ack_token`: the statement writes the token it acked with,
+//! and a token belongs to one claim.
 //! When the server stays unreachable the call reports the outcome as unknown, and
 //! [`Unresolved`] keeps what it needs so that repeating the same call on the handle settles
 //! it without a duplicate.
@@ -64,8 +67,25 @@ pub(crate) struct UnsettledEnqueue {
 #[derive(Default)]
 pub(crate) struct Unresolved {
     enqueues: Mutex<VecDeque<UnsettledEnqueue>>,
-    /// (task ID, lease token) → the `finished_at` each lost ack attempt wrote.
-    acks: Mutex<HashMap<(String, String), Vec<Timestamp>>>,
+    /// (task ID, lease token) → what lost ack attempts wrote.
+    acks: Mutex<HashMap<(String, String), LostAck>>,
+}
+
+/// What the lost attempts of one ack item (an ID with its token) may have written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LostAck {
+    /// The `finished_at` each lost transaction wrote.
+    pub(crate) finished: Vec<Timestamp>,
+    /// A one-statement (autocommit) ack of the item lost its answer: applied if, and only if,
+    /// the task's `ack_token` is the item's token.
+    pub(crate) autocommit: bool,
+}
+
+impl LostAck {
+    /// True when no lost attempt may have acked the item.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.finished.is_empty() && !self.autocommit
+    }
 }
 
 impl Unresolved {
@@ -89,30 +109,30 @@ impl Unresolved {
     }
 
     /// [`Unresolved::take_ack`] for each item, in order.
-    pub(crate) fn take_acks(&self, items: &[taskgate::AckItem]) -> Vec<Vec<Timestamp>> {
+    pub(crate) fn take_acks(&self, items: &[taskgate::AckItem]) -> Vec<LostAck> {
         items.iter().map(|item| self.take_ack(&item.id, &item.token)).collect()
     }
 
-    /// Takes what is remembered of an ack of `id` with `token`: the `finished_at` of each lost
-    /// attempt that acked it.
-    pub(crate) fn take_ack(&self, id: &str, token: &str) -> Vec<Timestamp> {
+    /// Takes what is remembered of an ack of `id` with `token`: what its lost attempts wrote.
+    pub(crate) fn take_ack(&self, id: &str, token: &str) -> LostAck {
         let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
         if acks.is_empty() {
-            return Vec::new();
+            return LostAck::default();
         }
         acks.remove(&(id.to_owned(), token.to_owned())).unwrap_or_default()
     }
 
-    /// Remembers that attempts of an ack of `id` with `token`, whose outcome is unknown,
-    /// wrote `finished` as the task's finish time.
-    pub(crate) fn put_ack(&self, id: &str, token: &str, finished: Vec<Timestamp>) {
+    /// Remembers what attempts of an ack of `id` with `token`, whose outcome is unknown, wrote.
+    pub(crate) fn put_ack(&self, id: &str, token: &str, lost: LostAck) {
         let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
         if acks.len() >= MAX_ACKS {
             if let Some(any) = acks.keys().next().cloned() {
                 acks.remove(&any);
             }
         }
-        acks.entry((id.to_owned(), token.to_owned())).or_default().extend(finished);
+        let entry = acks.entry((id.to_owned(), token.to_owned())).or_default();
+        entry.finished.extend(lost.finished);
+        entry.autocommit |= lost.autocommit;
     }
 }
 
@@ -173,9 +193,12 @@ mod tests {
         assert!(registry.take_enqueue(&[Task::new("t", "other")]).is_none());
         assert_eq!(registry.take_enqueue(&input).map(|e| e.ids), Some(vec!["01J".to_owned()]));
         assert!(registry.take_enqueue(&input).is_none(), "taken once");
-        registry.put_ack("a", "tok", vec![Timestamp::from_millis(1)]);
-        assert_eq!(registry.take_ack("a", "other"), vec![]);
-        assert_eq!(registry.take_ack("a", "tok"), vec![Timestamp::from_millis(1)]);
-        assert_eq!(registry.take_ack("a", "tok"), vec![]);
+        let lost = LostAck { finished: vec![Timestamp::from_millis(1)], autocommit: false };
+        registry.put_ack("a", "tok", lost.clone());
+        registry.put_ack("a", "tok", LostAck { finished: Vec::new(), autocommit: true });
+        assert_eq!(registry.take_ack("a", "other"), LostAck::default());
+        let merged = LostAck { autocommit: true, ..lost };
+        assert_eq!(registry.take_ack("a", "tok"), merged);
+        assert!(registry.take_ack("a", "tok").is_empty());
     }
 }

@@ -8,11 +8,16 @@
 //!   twice), split below the server's statement limit when results are large.
 //!
 //! [`ack_many`] chooses; both propagate to children in the same transaction.
+//!
+//! Before either, where the dialect takes array parameters (PostgreSQL) and nothing needs the
+//! rows back (no Notify observer), [`ack_autocommit`] completes the childless items in one
+//! autocommit statement — no `BEGIN`, no `COMMIT` round trip — and leaves the rest (a parent to
+//! wake, a wrong token, an unknown ID) to the transaction.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use taskgate::{AckItem, Error, Result, Status, Timestamp};
+use taskgate::{AckItem, Error, ResolvedOptions, Result, Status, Timestamp};
 
 use super::propagate::propagate;
 use super::{check_token, finalize};
@@ -20,7 +25,110 @@ use crate::core::{args_bytes, Core, Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_COLUMN_COUNT};
 use crate::value::Cols;
-use crate::{Kind, Value};
+use crate::{DbError, Kind, Value};
+
+/// The comment that opens [`ack_autocommit_sql`]: it names the statement in the server's
+/// activity view, and [`CutProxy`](crate::cutproxy) finds the statement by it to cut the
+/// connection where that ack commits.
+pub(crate) const AUTOCOMMIT_ACK_MARKER: &str = "/* taskgate: one-statement ack */";
+
+/// True when acks under `opts` start with [`ack_autocommit`]: the dialect binds arrays and
+/// has `UPDATE … RETURNING`, no statement limit splits writes, no Notify observer needs the
+/// rows, writes do not share one writer (SQLite combines them instead), and no test hook waits
+/// for a commit to stop at.
+pub(crate) fn autocommits(core: &Core, opts: &ResolvedOptions) -> bool {
+    core.dialect.array_params()
+        && core.dialect.update_returning()
+        && core.statement_budget().is_none()
+        && !opts.notifier.is_active()
+        && !core.adapter.shares_writer()
+        && !core.has_before_commit_hook()
+}
+
+/// True when `items` can go to [`ack_autocommit`]: every ID once and every token set (the
+/// transaction keeps the order rules of a batch naming one ID twice).
+pub(crate) fn fits_one_statement(items: &[AckItem]) -> bool {
+    let mut ids = HashSet::with_capacity(items.len());
+    items.iter().all(|item| !item.token.is_empty() && ids.insert(item.id.as_str()))
+}
+
+/// The one-statement ack ([`ack_autocommit`]): completes each `(id, token[, result])` whose
+/// task is running under that token and has no child edges, at the server's time (with
+/// `server_now`) or at the bound "now" (its first argument), writing the token into
+/// `ack_token`; returns the IDs it completed. The `has_children = 0` test sits in the
+/// WHERE clause, so a child enqueue that committed while this statement waited for the row
+/// (READ COMMITTED re-checks the clause on the new row version) leaves the task to the
+/// transaction, which wakes the child. Status is tested as in [`ack_unnest_sql`] (no index).
+pub(crate) fn ack_autocommit_sql(core: &Core, results: bool, server_now: bool) -> Arc<str> {
+    let key = usize::from(results) | usize::from(server_now) << 1;
+    core.sql_sized("ack_autocommit", (0, key), || {
+        let finished = if server_now { "(SELECT {now})" } else { "?" };
+        let (result, result_arg, result_col) = if results {
+            ("a.ack_result", ", CAST(? AS BYTEA[])", ", ack_result")
+        } else {
+            ("NULL", "", "")
+        };
+        format!(
+            "{AUTOCOMMIT_ACK_MARKER} UPDATE {{tasks}} SET status = 'completed', \
+             result = {result}, finished_at = {finished}, lease_token = '', \
+             lease_until = 0, cancel_requested = 0, ack_token = a.ack_token \
+             FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]){result_arg}) \
+             AS a(ack_id, ack_token{result_col}) \
+             WHERE id = a.ack_id AND status || '' = 'running' AND lease_token = a.ack_token \
+             AND has_children = 0 \
+             RETURNING id"
+        )
+    })
+}
+
+/// Completes the childless items of `items` (see [`fits_one_statement`]) in one autocommit
+/// statement, finishing them at `now` when Rust knows it ([`Core::local_now`]: an injected
+/// clock) and else at the server's time, and returns the IDs it completed; the caller acks the others in a transaction.
+/// The statement is the whole transaction: it wakes nobody (no task it completes has
+/// children) and publishes nothing (no Notify observer). An error leaves nothing written,
+/// except a lost connection ([`Dialect::is_connection_lost`](crate::Dialect)), after which
+/// the statement may have been applied: the task's `ack_token` then tells.
+pub(crate) async fn ack_autocommit(
+    core: &Core,
+    items: &[AckItem],
+    now: Option<Timestamp>,
+) -> std::result::Result<HashSet<String>, DbError> {
+    let results = items.iter().any(|item| item.result.is_some());
+    let mut args = Vec::with_capacity(4);
+    args.extend(now.map(Value::from));
+    args.push(Value::TextArray(items.iter().map(|item| item.id.clone()).collect()));
+    args.push(Value::TextArray(items.iter().map(|item| item.token.clone()).collect()));
+    if results {
+        args.push(Value::BytesArray(items.iter().map(|item| item.result.clone()).collect()));
+    }
+    let sql = ack_autocommit_sql(core, results, now.is_none());
+    let rows = core.adapter.write_one(&sql, &args, &[Kind::Text]).await?;
+    rows.iter().map(|r| Cols(r).text(0).map_err(|e| DbError::Decode(Box::new(e)))).collect()
+}
+
+/// The `ack_token` of each of `ids` that exists (read outside any transaction, to settle a
+/// lost [`ack_autocommit`]).
+pub(crate) async fn ack_tokens(core: &Core, ids: &[&str]) -> Result<HashMap<String, String>> {
+    let mut found = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(core.dialect.max_params().max(1)) {
+        let sql = core.sql_sized("ack_tokens", (chunk.len(), 0), || {
+            format!(
+                "SELECT id, ack_token FROM {{tasks}} WHERE id IN ({})",
+                placeholders(chunk.len())
+            )
+        });
+        let args: Vec<Value> = chunk.iter().map(|id| Value::from(*id)).collect();
+        let rows = core.adapter.read(&sql, &args, &[Kind::Text, Kind::Text]).await;
+        for r in rows.map_err(|e| core.backend_error(e))? {
+            let c = Cols(&r);
+            let decoded = c.text(0).and_then(|id| Ok((id, c.text(1)?)));
+            let (id, token) =
+                decoded.map_err(|e| core.backend_error(DbError::Decode(Box::new(e))))?;
+            found.insert(id, token);
+        }
+    }
+    Ok(found)
+}
 
 /// The ack of `n` tasks as one `UPDATE … RETURNING`: every column (`full`, for Notify
 /// snapshots) or just the ID, then the row's `has_children` flag. Arguments: (id, result)
