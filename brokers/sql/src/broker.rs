@@ -748,17 +748,18 @@ impl SqlBroker {
                 results.extend(self.ack_in_tx(opts, chunk, earlier).await?);
                 continue;
             }
-            let acked = match ack::ack_autocommit(&self.core, chunk, self.core.local_now(opts)).await {
-                Ok(acked) => acked,
-                Err(e) => {
-                    // Nothing written, or (connection lost) maybe all of it: the transaction
-                    // acks what is left, and `ack_token` tells the lost statement's work.
-                    if self.core.dialect.is_connection_lost(&e) {
-                        earlier.iter_mut().for_each(|lost| lost.autocommit = true);
+            let acked =
+                match ack::ack_autocommit(&self.core, chunk, self.core.local_now(opts)).await {
+                    Ok(acked) => acked,
+                    Err(e) => {
+                        // Nothing written, or (connection lost) maybe all of it: the transaction
+                        // acks what is left, and `ack_token` tells the lost statement's work.
+                        if self.core.dialect.is_connection_lost(&e) {
+                            earlier.iter_mut().for_each(|lost| lost.autocommit = true);
+                        }
+                        HashSet::new()
                     }
-                    HashSet::new()
-                }
-            };
+                };
             let (mut rest, mut rest_earlier) = (Vec::new(), Vec::new());
             for (item, lost) in chunk.iter().zip(earlier) {
                 if !acked.contains(&item.id) {
