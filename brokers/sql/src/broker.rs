@@ -775,7 +775,9 @@ impl SqlBroker {
             for item in chunk {
                 let outcome = match acked.contains(&item.id) {
                     true => Ok(()),
-                    false => rest_outcomes.next().unwrap_or(Ok(())),
+                    false => rest_outcomes.next().unwrap_or_else(|| {
+                        Err(Error::backend(self.core.name(), "an ack item got no outcome"))
+                    }),
                 };
                 results.push(outcome);
             }

@@ -83,8 +83,8 @@ pub(crate) fn ack_autocommit_sql(core: &Core, results: bool, server_now: bool) -
 
 /// Completes the childless items of `items` (see [`fits_one_statement`]) in one autocommit
 /// statement, finishing them at `now` when Rust knows it ([`Core::local_now`]: an injected
-/// clock) and else at the server's time, and returns the IDs it completed; the caller acks the others in a transaction.
-/// The statement is the whole transaction: it wakes nobody (no task it completes has
+/// clock) and else at the server's time, and returns the IDs it completed; the caller acks
+/// the others in a transaction. The statement is the whole transaction: it wakes nobody (no task it completes has
 /// children) and publishes nothing (no Notify observer). An error leaves nothing written,
 /// except a lost connection ([`Dialect::is_connection_lost`](crate::Dialect)), after which
 /// the statement may have been applied: the task's `ack_token` then tells.
