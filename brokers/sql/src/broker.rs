@@ -869,6 +869,14 @@ impl SqlBroker {
                 }
             }
         }
+        // What `ack_token` settled needs no second read.
+        let suspects: Vec<usize> = (suspects.into_iter())
+            .filter(|i| matches!(outcomes.get(*i), Some(Err(Error::LeaseLost { .. }))))
+            .filter(|i| wrote.get(*i).is_some_and(|w| !w.finished.is_empty()))
+            .collect();
+        if suspects.is_empty() {
+            return Ok(outcomes);
+        }
         let ids: Vec<&str> = suspects.iter().map(|i| chunk[*i].id.as_str()).collect();
         let stored = match read::by_ids(&self.core, &ids).await {
             Ok(stored) => stored,
