@@ -18,8 +18,9 @@
 //! flight per handle). Other processes still
 //! hear about every commit after it happened; in-process waiters are woken by the engine.
 //! Only an idle handle's one-task enqueue carries `pg_notify` in its own `INSERT`
-//! ([`SqlConn::inline_notify`], at most one per notifier gap): nothing is queued behind the
-//! lock then, and the notification leaves with the COMMIT instead of a round trip later.
+//! ([`SqlConn::inline_notify`], or [`Adapter::inline_notify`] for the one-statement enqueue; at
+//! most one per notifier gap): nothing is queued behind the lock then, and the notification
+//! leaves with the commit instead of a round trip later.
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool};
@@ -122,6 +123,14 @@ impl Adapter for PgAdapter {
             Err(_) => {}
         }
         rows
+    }
+
+    fn inline_notify(&self) -> Option<String> {
+        self.notifier.inline()
+    }
+
+    fn woke(&self) {
+        self.notifier.poke();
     }
 
     async fn session(&self) -> DbResult<Box<dyn Session>> {

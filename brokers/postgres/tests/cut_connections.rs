@@ -2,8 +2,8 @@
 //! (`taskgate_sql::cutproxy`): a COMMIT cut before it reached the server or after the server
 //! applied it (enqueue, enqueue_many and ack return the truth, nothing doubled or lost), a
 //! server that stays unreachable after a lost COMMIT (the repeated call resolves it without a
-//! duplicate; a childless task's ack is the one-statement ack, cut where that statement
-//! commits), and an unreachable server (a closed port, a name that does not resolve, a
+//! duplicate; a childless task's ack and a plain task's enqueue are one-statement writes,
+//! cut where that statement commits), and an unreachable server (a closed port, a name that does not resolve, a
 //! server gone after `init`), reported at once with the driver's cause, as on MySQL.
 
 mod common;
@@ -34,8 +34,10 @@ async fn a_commit_cut_before_or_after_the_server_applied_it_returns_the_truth(
     direct.init(BrokerOptions::default()).await?;
     let (through, proxy) = through_proxy(&storage).await?;
     cutproxy::check_commit_cuts(&through, &direct, &proxy).await?;
-    // The acks of childless tasks run as one autocommit statement: their cuts were there.
+    // The acks of childless tasks and the enqueue of a plain task run as one autocommit
+    // statement: their cuts were there (the plain enqueue's, once per round).
     assert!(proxy.ack_cuts() > 0, "no one-statement ack was cut ({} cuts)", proxy.cuts());
+    assert_eq!(proxy.enqueue_cuts(), 2, "the one-statement enqueue's cuts ({} cuts)", proxy.cuts());
     through.close().await?;
     direct.close().await?;
     storage.cleanup().await
@@ -51,8 +53,10 @@ async fn a_lost_commit_on_a_server_that_stays_away_is_resolved_by_the_repeat(
     direct.init(BrokerOptions::default()).await?;
     let (through, proxy) = through_proxy(&storage).await?;
     cutproxy::check_unresolved_commits(&through, &direct, &proxy).await?;
-    // The lost ack was the one-statement ack: settled by its `ack_token`.
+    // The lost ack was the one-statement ack, settled by its `ack_token`; the lost enqueue
+    // was the one-statement enqueue, settled by its generated ID.
     assert_eq!(proxy.ack_cuts(), 1, "the ack's cut ({} cuts)", proxy.cuts());
+    assert_eq!(proxy.enqueue_cuts(), 1, "the enqueue's cut ({} cuts)", proxy.cuts());
     through.close().await?;
     direct.close().await?;
     storage.cleanup().await

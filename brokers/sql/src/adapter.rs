@@ -134,6 +134,19 @@ pub trait Adapter: Send + Sync + 'static {
         Ok(rows)
     }
 
+    /// For an autocommit write ([`Adapter::write_one`]) that makes work claimable: an SQL
+    /// expression that tells other processes when it commits, to carry inside the statement
+    /// now (as [`SqlConn::inline_notify`] does for a transaction). `None` (the default): the
+    /// engine calls [`Adapter::woke`] after the statement instead.
+    fn inline_notify(&self) -> Option<String> {
+        None
+    }
+
+    /// An autocommit write made work claimable and carried no [`Adapter::inline_notify`]
+    /// expression: an adapter that tells other processes (PostgreSQL's `NOTIFY`) does so now,
+    /// as [`WriteTx::commit`] does after a commit that woke work. Default: nothing.
+    fn woke(&self) {}
+
     /// The server's limit on one statement's size, read at every `init`; `None` (the default)
     /// when statements are bounded by nothing a payload could reach (SQLite's 1 GB blobs,
     /// PostgreSQL's 1 GB fields).

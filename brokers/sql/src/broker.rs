@@ -21,7 +21,7 @@ use crate::core::{Core, Tx, TxFail};
 use crate::dialect::UniqueTarget;
 use crate::migrate::{migrate, Migration};
 use crate::ops::ack::{self, AckRun};
-use crate::ops::{audit, claim, enqueue, finish, prune, read, reap, replay};
+use crate::ops::{self, audit, claim, enqueue, finish, prune, read, reap, replay};
 use crate::quota::Provider;
 use crate::resolve::{self, LostAck};
 use crate::{Adapter, Dialect, SqlConn};
@@ -398,6 +398,20 @@ impl Broker for SqlBroker {
             Some(earlier) => (earlier.ids, earlier.attempts),
             None => (enqueue::assign_ids(tasks), Vec::new()),
         };
+        if let ([task], [id], true) = (tasks, &ids[..], unknown.is_empty()) {
+            if enqueue::fits_one_statement(task) && ops::one_statement_writes(&self.core, &opts) {
+                let now = self.core.local_now(&opts);
+                match enqueue::enqueue_autocommit(&self.core, task, id, now).await {
+                    Ok(stored) => return Ok(vec![stored]),
+                    // Nothing written, or (connection lost) maybe the row: the transaction
+                    // runs next under the same ID, and a row found there settles it.
+                    Err(e) if self.core.dialect.is_connection_lost(&e) => {
+                        unknown.push(enqueue::lost_one_statement(task, id, now));
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
         let done = (self.core.tx(&opts, "enqueue_many").settle(&mut unknown))
             .run(&(tasks, &ids[..]), |tx, &(tasks, ids)| {
                 Box::pin(enqueue::enqueue_many(tx, tasks, ids))
@@ -705,8 +719,14 @@ impl SqlBroker {
         let e = match (stored, e) {
             (Ok(stored), e) => {
                 if let Some(i) = resolve::applied_enqueue(&stored, &unknown) {
-                    let (value, snapshots, wakes) = unknown.into_iter().nth(i).unwrap_or_default();
+                    let (mut value, snapshots, wakes) =
+                        unknown.into_iter().nth(i).unwrap_or_default();
+                    resolve::fill_server_times(&mut value, &stored);
                     self.core.hub.wake_for(&wakes);
+                    if wakes.any() {
+                        // Other processes were not told at the lost commit.
+                        self.core.adapter.woke();
+                    }
                     opts.notifier.publish(snapshots);
                     return Ok(value);
                 }

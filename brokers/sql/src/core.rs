@@ -496,8 +496,9 @@ impl<M: Send> Leaving for tokio::sync::oneshot::Sender<M> {
 /// [`TxRun::settle`] the operation settles it instead (enqueue, ack): the attempt's would-be
 /// result is pushed to the given list and the transaction runs again — its body must make a
 /// second run find out what the first did (the same IDs; a token check) — retrying lost
-/// connections for [`RESOLVE_WINDOW`] before it gives up with [`TxFail::Unknown`]. The
-/// caller compares the outcome with the list.
+/// connections for [`RESOLVE_WINDOW`] before it gives up with [`TxFail::Unknown`] (from the
+/// first attempt when the list holds attempts already). The caller compares the outcome with
+/// the list.
 ///
 /// With [`TxRun::abandon`], the wait for a connection (the writer, on SQLite) ends with
 /// [`TxFail::Abandoned`] when the caller leaves first, and a caller that left while it waited
@@ -542,7 +543,11 @@ impl<'r, T: Send> TxRun<'r, T> {
     {
         let (core, opts) = (self.core, self.opts);
         let mut attempt: u32 = 0;
-        let mut resolve_until: Option<std::time::Instant> = None;
+        // A list that holds attempts already (a lost one-statement write, the lost COMMITs of
+        // an earlier call) is being settled from the start.
+        let mut resolve_until = (self.settle.as_ref())
+            .filter(|unknown| !unknown.is_empty())
+            .map(|_| std::time::Instant::now() + RESOLVE_WINDOW);
         loop {
             attempt += 1;
             let outcome = self.attempt(args, &mut body).await;

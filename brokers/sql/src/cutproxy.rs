@@ -7,18 +7,18 @@
 //!
 //! It recognises the `COMMIT` that sqlx sends as a plain-text query: PostgreSQL's simple
 //! `Query` message ([`PG_COMMIT`]) and MySQL's `COM_QUERY` packet ([`MYSQL_COMMIT`]). On
-//! PostgreSQL it also recognises where the engine's one-statement ack commits (an autocommit
-//! statement sends no `COMMIT`): it follows the client's messages, remembers the prepared
-//! statements whose `Parse` carries the ack's marker comment, and treats the `Bind` of one as
-//! that statement's commit (the server runs it and commits at the `Sync` after it, before it
-//! answers). The connection must not be encrypted (`sslmode=disable`, `ssl-mode=disabled`),
+//! PostgreSQL it also recognises where the engine's one-statement ack and enqueue commit (an
+//! autocommit statement sends no `COMMIT`): it follows the client's messages, remembers the
+//! prepared statements whose `Parse` carries one of their marker comments, and treats the
+//! `Bind` of one as that statement's commit (the server runs it and commits at the `Sync`
+//! after it, before it answers). The connection must not be encrypted (`sslmode=disable`, `ssl-mode=disabled`),
 //! and a `COMMIT` split across two reads is not seen (sqlx writes it in one piece; a test
 //! asserts [`CutProxy::cuts`] so a missed one fails it).
 //!
 //! The checks every server backend runs through it are here too, written once:
 //! [`check_commit_cuts`], [`check_unresolved_commits`], [`check_unreachable_fails_fast`].
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,12 +55,14 @@ pub enum Cut {
 struct Shared {
     upstream: SocketAddr,
     commit: &'static [u8],
-    /// Follow PostgreSQL's frontend messages for the one-statement ack ([`PgFrontend`]).
+    /// Follow PostgreSQL's frontend messages for the one-statement writes ([`PgFrontend`]).
     pg: bool,
     armed: Mutex<Option<Cut>>,
     cuts: AtomicUsize,
     /// Of the cuts, those at a one-statement ack (not at a `COMMIT`).
     ack_cuts: AtomicUsize,
+    /// Of the cuts, those at a one-statement enqueue.
+    enqueue_cuts: AtomicUsize,
     /// `true` closes every connection at once.
     kill: watch::Sender<bool>,
     /// `true` stops the accept loop; it drops the listener and then sets `closed`.
@@ -103,7 +105,7 @@ pub fn closed_port() -> std::io::Result<u16> {
 impl CutProxy {
     /// Starts a proxy on a free port of 127.0.0.1 forwarding to `upstream`, recognising
     /// `commit` ([`PG_COMMIT`] or [`MYSQL_COMMIT`]; with [`PG_COMMIT`], the one-statement
-    /// ack's commit too).
+    /// ack's and enqueue's commits too).
     pub async fn start(upstream: SocketAddr, commit: &'static [u8]) -> std::io::Result<CutProxy> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
@@ -114,6 +116,7 @@ impl CutProxy {
             armed: Mutex::new(None),
             cuts: AtomicUsize::new(0),
             ack_cuts: AtomicUsize::new(0),
+            enqueue_cuts: AtomicUsize::new(0),
             kill: watch::channel(false).0,
             stop: watch::channel(false).0,
             closed: watch::channel(false).0,
@@ -132,7 +135,7 @@ impl CutProxy {
         *self.shared.armed.lock().unwrap_or_else(|p| p.into_inner()) = Some(cut);
     }
 
-    /// How many `COMMIT`s were cut so far (a one-statement ack's commit counting as one).
+    /// How many `COMMIT`s were cut so far (a one-statement write's commit counting as one).
     pub fn cuts(&self) -> usize {
         self.shared.cuts.load(Ordering::SeqCst)
     }
@@ -141,6 +144,11 @@ impl CutProxy {
     /// `COMMIT`: a test asserts it to know that path was cut.
     pub fn ack_cuts(&self) -> usize {
         self.shared.ack_cuts.load(Ordering::SeqCst)
+    }
+
+    /// How many of [`CutProxy::cuts`] were at PostgreSQL's one-statement enqueue.
+    pub fn enqueue_cuts(&self) -> usize {
+        self.shared.enqueue_cuts.load(Ordering::SeqCst)
     }
 
     /// Closes every open connection (the server sees each one close; open transactions roll
@@ -240,17 +248,24 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                 },
             };
             let chunk = &buf[..n];
-            let ack_at = pg.as_mut().and_then(|pg| pg.feed(chunk));
-            let at = match (find(chunk, shared.commit), ack_at) {
-                (Some(commit), Some(ack)) => Some(commit.min(ack)),
-                (commit, ack) => commit.or(ack),
+            let marked = pg.as_mut().and_then(|pg| pg.feed(chunk));
+            let statement_at = marked.map(|(at, _)| at);
+            let at = match (find(chunk, shared.commit), statement_at) {
+                (Some(commit), Some(statement)) => Some(commit.min(statement)),
+                (commit, statement) => commit.or(statement),
             };
             let cut = match at {
                 Some(_) => shared.armed.lock().unwrap_or_else(|p| p.into_inner()).take(),
                 None => None,
             };
-            if cut.is_some() && at == ack_at {
-                shared.ack_cuts.fetch_add(1, Ordering::SeqCst);
+            if let (Some(_), Some((statement, write))) = (cut, marked) {
+                if at == Some(statement) {
+                    let counter = match write {
+                        OneStatement::Ack => &shared.ack_cuts,
+                        OneStatement::Enqueue => &shared.enqueue_cuts,
+                    };
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
             }
             match (cut, at) {
                 (Some(Cut::BeforeCommit), Some(at)) => {
@@ -282,24 +297,44 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-/// PostgreSQL's frontend messages on one connection, followed to find the one-statement ack's
-/// commit: the `Bind` of a prepared statement whose `Parse` carried
-/// [`AUTOCOMMIT_ACK_MARKER`](crate::ops::ack::AUTOCOMMIT_ACK_MARKER).
+/// A one-statement (autocommit) write of the engine, known by the marker comment its SQL
+/// opens with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OneStatement {
+    /// [`AUTOCOMMIT_ACK_MARKER`](crate::ops::ack::AUTOCOMMIT_ACK_MARKER).
+    Ack,
+    /// [`AUTOCOMMIT_ENQUEUE_MARKER`](crate::ops::enqueue::AUTOCOMMIT_ENQUEUE_MARKER).
+    Enqueue,
+}
+
+impl OneStatement {
+    /// The write whose marker `query` carries, if any.
+    fn of(query: &[u8]) -> Option<OneStatement> {
+        let markers = [
+            (crate::ops::ack::AUTOCOMMIT_ACK_MARKER, OneStatement::Ack),
+            (crate::ops::enqueue::AUTOCOMMIT_ENQUEUE_MARKER, OneStatement::Enqueue),
+        ];
+        markers.into_iter().find(|(m, _)| find(query, m.as_bytes()).is_some()).map(|(_, w)| w)
+    }
+}
+
+/// PostgreSQL's frontend messages on one connection, followed to find where a one-statement
+/// write commits: the `Bind` of a prepared statement whose `Parse` carried its marker
+/// ([`OneStatement`]).
 #[derive(Default)]
 struct PgFrontend {
     /// The startup packet (the one message without a type byte) has gone by.
     started: bool,
     /// The start of a message whose end has not arrived yet.
     partial: Vec<u8>,
-    /// Names of the prepared statements that are the one-statement ack.
-    acks: HashSet<Vec<u8>>,
+    /// Names of the prepared statements that are one-statement writes, and which.
+    marked: HashMap<Vec<u8>, OneStatement>,
 }
 
 impl PgFrontend {
     /// Reads `chunk` (the next bytes the client sent); returns where in it the first `Bind` of
-    /// a one-statement ack starts (0 when it began in an earlier chunk).
-    fn feed(&mut self, chunk: &[u8]) -> Option<usize> {
-        let marker = crate::ops::ack::AUTOCOMMIT_ACK_MARKER.as_bytes();
+    /// a one-statement write starts (0 when it began in an earlier chunk), and which write.
+    fn feed(&mut self, chunk: &[u8]) -> Option<(usize, OneStatement)> {
         let carried = self.partial.len();
         let mut buf = std::mem::take(&mut self.partial);
         buf.extend_from_slice(chunk);
@@ -318,16 +353,16 @@ impl PgFrontend {
                 Some(b'P') => {
                     let (name, tail) = cstr(body);
                     let (query, _) = cstr(tail);
-                    match find(query, marker) {
-                        Some(_) => self.acks.insert(name.to_vec()),
-                        None => self.acks.remove(name),
+                    match OneStatement::of(query) {
+                        Some(write) => self.marked.insert(name.to_vec(), write),
+                        None => self.marked.remove(name),
                     };
                 }
                 Some(b'B') => {
                     let (_portal, tail) = cstr(body);
                     let (name, _) = cstr(tail);
-                    if found.is_none() && self.acks.contains(name) {
-                        found = Some(at.saturating_sub(carried));
+                    if let (None, Some(write)) = (found, self.marked.get(name)) {
+                        found = Some((at.saturating_sub(carried), *write));
                     }
                 }
                 Some(_) => {}
@@ -573,20 +608,27 @@ mod tests {
 
     #[test]
     fn the_bind_of_a_marked_statement_is_found_across_reads() {
-        let marker = crate::ops::ack::AUTOCOMMIT_ACK_MARKER;
+        let ack = crate::ops::ack::AUTOCOMMIT_ACK_MARKER;
+        let enqueue = crate::ops::enqueue::AUTOCOMMIT_ENQUEUE_MARKER;
         let mut pg = PgFrontend::default();
         let startup = [&[0, 0, 0, 8][..], &[0, 3, 0, 0]].concat();
-        let prepare =
-            [parse("s1", &format!("{marker} UPDATE t")), parse("s2", "SELECT 1")].concat();
+        let prepare = [
+            parse("s1", &format!("{ack} UPDATE t")),
+            parse("s2", "SELECT 1"),
+            parse("s3", &format!("{enqueue} WITH n AS (SELECT 1) INSERT INTO t")),
+        ]
+        .concat();
         assert_eq!(pg.feed(&[startup, prepare].concat()), None, "a Parse is no commit");
         assert_eq!(pg.feed(&bind("s2")), None, "another statement");
         let run = [bind("s1"), message(b'E', b"\0\0\0\0\0"), message(b'S', b"")].concat();
         let sync = message(b'S', b"");
-        assert_eq!(pg.feed(&[sync.clone(), run.clone()].concat()), Some(sync.len()));
+        let found = pg.feed(&[sync.clone(), run.clone()].concat());
+        assert_eq!(found, Some((sync.len(), OneStatement::Ack)));
         // Split inside the Bind: found in the read that completes it, at its start (0).
         let (head, tail) = run.split_at(3);
         assert_eq!(pg.feed(head), None);
-        assert_eq!(pg.feed(tail), Some(0));
+        assert_eq!(pg.feed(tail), Some((0, OneStatement::Ack)));
+        assert_eq!(pg.feed(&bind("s3")), Some((0, OneStatement::Enqueue)), "the enqueue");
         // A name prepared again for another statement is no longer the ack.
         assert_eq!(pg.feed(&parse("s1", "SELECT 2")), None);
         assert_eq!(pg.feed(&bind("s1")), None);

@@ -115,6 +115,14 @@ impl Adapter for RecordingAdapter {
         self.inner.shares_writer()
     }
 
+    fn inline_notify(&self) -> Option<String> {
+        self.inner.inline_notify()
+    }
+
+    fn woke(&self) {
+        self.inner.woke();
+    }
+
     async fn statement_limit(&self) -> DbResult<Option<crate::StatementLimit>> {
         self.inner.statement_limit().await
     }

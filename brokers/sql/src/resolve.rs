@@ -27,7 +27,9 @@ const MAX_ACKS: usize = 65_536;
 /// True when `stored` (read back now) is the task an attempt wrote as `written`: the fields
 /// an enqueue sets and nothing later changes — ID, type, queue, payload, business key,
 /// owner, parents, parent-failure policy, retry budget, priority and creation time. Status, lease,
-/// counters, result and step fields move on after the enqueue and are not compared.
+/// counters, result and step fields move on after the enqueue and are not compared. A
+/// `written` creation time of zero is the server's time, not known to the attempt (a lost
+/// one-statement enqueue, whose generated ID no other call uses): not compared either.
 pub(crate) fn same_submission(stored: &Task, written: &Task) -> bool {
     stored.id == written.id
         && stored.task_type == written.task_type
@@ -39,7 +41,21 @@ pub(crate) fn same_submission(stored: &Task, written: &Task) -> bool {
         && stored.on_parent_failure == written.on_parent_failure
         && stored.max_retry == written.max_retry
         && stored.priority == written.priority
-        && stored.created_at == written.created_at
+        && (written.created_at.is_zero() || stored.created_at == written.created_at)
+}
+
+/// Gives each task of a settled attempt whose creation time was the server's (zero in the
+/// attempt: [`same_submission`]) the time `stored` holds, and that time as its `run_at` when
+/// the task left it open.
+pub(crate) fn fill_server_times(tasks: &mut [Task], stored: &HashMap<String, Task>) {
+    for task in tasks.iter_mut().filter(|t| t.created_at.is_zero()) {
+        if let Some(row) = stored.get(&task.id) {
+            task.created_at = row.created_at;
+            if task.run_at.is_zero() {
+                task.run_at = row.created_at;
+            }
+        }
+    }
 }
 
 /// The index of the attempt in `attempts` whose tasks all appear in `stored` as written.
@@ -179,6 +195,31 @@ mod tests {
         let stored = HashMap::from([(second.id.clone(), second)]);
         assert_eq!(applied_enqueue(&stored, &attempts), Some(1));
         assert_eq!(applied_enqueue(&HashMap::new(), &attempts), None);
+    }
+
+    #[test]
+    fn a_lost_one_statement_enqueue_is_recognised_without_the_servers_time() {
+        let stored = written();
+        let mut lost = written();
+        lost.created_at = Timestamp::ZERO;
+        assert!(same_submission(&stored, &lost), "the server's time is not compared");
+        let mut other = lost.clone();
+        other.payload = Some(b"other".to_vec());
+        assert!(!same_submission(&stored, &other), "everything else still is");
+        let rows = HashMap::from([(stored.id.clone(), stored.clone())]);
+        let mut open = lost.clone();
+        open.run_at = Timestamp::ZERO;
+        let mut delayed = lost.clone();
+        delayed.run_at = Timestamp::from_millis(90);
+        let mut settled = [open, delayed];
+        fill_server_times(&mut settled, &rows);
+        assert_eq!(
+            settled.each_ref().map(|t| (t.created_at, t.run_at)),
+            [
+                (stored.created_at, stored.created_at),
+                (stored.created_at, Timestamp::from_millis(90)),
+            ]
+        );
     }
 
     #[test]

@@ -32,17 +32,10 @@ use crate::{DbError, Kind, Value};
 /// connection where that ack commits.
 pub(crate) const AUTOCOMMIT_ACK_MARKER: &str = "/* taskgate: one-statement ack */";
 
-/// True when acks under `opts` start with [`ack_autocommit`]: the dialect binds arrays and
-/// has `UPDATE … RETURNING`, no statement limit splits writes, no Notify observer needs the
-/// rows, writes do not share one writer (SQLite combines them instead), and no test hook waits
-/// for a commit to stop at.
+/// True when acks under `opts` start with [`ack_autocommit`]: one-statement writes are on
+/// ([`super::one_statement_writes`]) and the dialect binds arrays.
 pub(crate) fn autocommits(core: &Core, opts: &ResolvedOptions) -> bool {
-    core.dialect.array_params()
-        && core.dialect.update_returning()
-        && core.statement_budget().is_none()
-        && !opts.notifier.is_active()
-        && !core.adapter.shares_writer()
-        && !core.has_before_commit_hook()
+    super::one_statement_writes(core, opts) && core.dialect.array_params()
 }
 
 /// The most items [`ack_autocommit`] takes in one statement. Larger batches (the worker

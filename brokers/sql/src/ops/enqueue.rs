@@ -4,13 +4,14 @@
 use std::collections::HashSet;
 
 use taskgate::decide::{submit_decision, SubmitDecision};
+use taskgate::wake::Wakes;
 use taskgate::{id, Error, ExistingTask, Status, Task, Timestamp};
 
 use super::{id_status, lock_statuses, mark_has_children};
-use crate::core::{args_bytes, Tx, TxFail};
+use crate::core::{args_bytes, Core, Settled, Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_COLUMN_COUNT};
-use crate::{Kind, Value};
+use crate::{DbError, Kind, Value};
 
 /// True for a task [`enqueue_plain`] may store: no business key and no parents.
 pub(crate) fn is_plain(task: &Task) -> bool {
@@ -250,6 +251,12 @@ async fn build_row(
         true => Timestamp::ZERO,
         false => tx.now().await?,
     };
+    Ok(stored_form(task, id, decision, now))
+}
+
+/// The stored form of `task` under `decision` at `now` (zero: the server's time, filled in
+/// by the `INSERT` that reads it): broker-owned fields overwritten.
+fn stored_form(task: &Task, id: String, decision: &SubmitDecision, now: Timestamp) -> TaskRow {
     let mut t = task.clone();
     t.id = id;
     t.status = decision.status();
@@ -265,7 +272,7 @@ async fn build_row(
         t.last_error = last_error.clone();
         t.finished_at = Some(now);
     }
-    Ok(TaskRow { task: t, pending_parents: decision.pending_parents(), lease_until: 0 })
+    TaskRow { task: t, pending_parents: decision.pending_parents(), lease_until: 0 }
 }
 
 /// True when a one-row enqueue should read the server's time inside its `INSERT`
@@ -288,12 +295,7 @@ fn defers_now(tx: &Tx<'_>, decision: &SubmitDecision) -> bool {
 /// expression when it offers one (an idle PostgreSQL handle), so other processes hear of it
 /// at the COMMIT rather than from a notification sent after it.
 async fn insert_now(tx: &mut Tx<'_>, row: &mut TaskRow) -> Result<(), TxFail> {
-    let mut args = row.insert_args();
-    let open_run_at = row.task.run_at.is_zero();
-    if open_run_at {
-        args[RUN_AT_ARG] = Value::Null(Kind::Int);
-    }
-    args[CREATED_AT_ARG] = Value::Null(Kind::Int);
+    let args = insert_now_args(row);
     let notify = match row.task.status == Status::Pending {
         true => tx.conn.inline_notify(),
         false => None,
@@ -306,16 +308,120 @@ async fn insert_now(tx: &mut Tx<'_>, row: &mut TaskRow) -> Result<(), TxFail> {
         None => tx.core.sql_sized("insert_now", (0, 0), || insert_now_sql(None)),
     };
     let rows = tx.fetch(&sql, &args, &[Kind::Int]).await?;
-    let now = match rows.first().and_then(|r| r.first()) {
-        Some(Value::Int(ms)) => Timestamp::from_millis(*ms),
-        _ => return Err(TxFail::Op(tx.core.backend_error(crate::DbError::RowNotFound))),
-    };
+    let now = created_at(&rows).map_err(|e| TxFail::Op(tx.core.backend_error(e)))?;
     tx.set_now(now);
-    row.task.created_at = now;
-    if open_run_at {
+    stamp(row, now);
+    Ok(())
+}
+
+/// The arguments of [`insert_now_sql`] for `row`: NULL for `created_at`, and for `run_at` when
+/// the task left it open (zero), so the statement stores the server's time there.
+fn insert_now_args(row: &TaskRow) -> Vec<Value> {
+    let mut args = row.insert_args();
+    if row.task.run_at.is_zero() {
+        args[RUN_AT_ARG] = Value::Null(Kind::Int);
+    }
+    if row.task.created_at.is_zero() {
+        args[CREATED_AT_ARG] = Value::Null(Kind::Int);
+    }
+    args
+}
+
+/// The `created_at` an [`insert_now_sql`] statement returned.
+fn created_at(rows: &[crate::Row]) -> Result<Timestamp, DbError> {
+    match rows.first().and_then(|r| r.first()) {
+        Some(Value::Int(ms)) => Ok(Timestamp::from_millis(*ms)),
+        _ => Err(DbError::RowNotFound),
+    }
+}
+
+/// Writes the time an [`insert_now_sql`] statement stored into `row`: its `created_at`, and
+/// its `run_at` when the task left it open.
+fn stamp(row: &mut TaskRow, now: Timestamp) {
+    if row.task.run_at.is_zero() {
         row.task.run_at = now;
     }
-    Ok(())
+    if row.task.created_at.is_zero() {
+        row.task.created_at = now;
+    }
+}
+
+/// The comment that opens the one-statement enqueue's SQL ([`enqueue_autocommit`]): the
+/// `cutproxy` test proxy finds that statement's commit by it.
+pub(crate) const AUTOCOMMIT_ENQUEUE_MARKER: &str = "/* taskgate: one-statement enqueue */";
+
+/// True when `task` may be stored by [`enqueue_autocommit`]: [plain](is_plain) (no business
+/// key, no parents: the enqueue is one `INSERT` with nothing to check or lock first) and
+/// without a preset ID, so its row is found by the ULID this call generated — which no other
+/// call uses — if the statement's answer is lost.
+pub(crate) fn fits_one_statement(task: &Task) -> bool {
+    is_plain(task) && task.id.is_empty()
+}
+
+/// The row [`enqueue_autocommit`] writes for `task` under `id`, created at `now`, or with
+/// `created_at` (and an open `run_at`) zero when the statement reads the server's time.
+fn one_statement_row(task: &Task, id: &str, now: Option<Timestamp>) -> TaskRow {
+    let decision = submit_decision(std::iter::empty(), task.on_parent_failure);
+    stored_form(task, id.to_owned(), &decision, now.unwrap_or(Timestamp::ZERO))
+}
+
+/// What an [`enqueue_autocommit`] of `task` under `id` whose answer was lost may have written,
+/// as a lost attempt for the enqueue's settle ([`TxRun::settle`](crate::core::TxRun)): the
+/// stored task (with a zero `created_at` when the server's time was to be read: the settle
+/// then compares without it and takes it from the row, [`crate::resolve::same_submission`])
+/// and the wake-up of its queue.
+pub(crate) fn lost_one_statement(
+    task: &Task,
+    id: &str,
+    now: Option<Timestamp>,
+) -> Settled<Vec<Task>> {
+    let row = one_statement_row(task, id, now);
+    let mut wakes = Wakes::default();
+    if row.task.status == Status::Pending {
+        wakes.ready(&row.task.queue);
+    }
+    (vec![row.task], Vec::new(), wakes)
+}
+
+/// Stores one validated task that [`fits_one_statement`] under its generated `id` in one
+/// autocommit statement (one round trip; a transaction takes three: `BEGIN`, `INSERT`,
+/// `COMMIT`) and returns the stored task. It is created at `now` when Rust knows it
+/// ([`Core::local_now`]: an injected clock), else at the server's time, read in the statement.
+/// A ready task carries the adapter's [`inline_notify`](crate::Adapter::inline_notify)
+/// expression when it offers one, or the adapter is told after the statement
+/// ([`woke`](crate::Adapter::woke)); in-process waiters are woken here.
+///
+/// An error leaves nothing written, except a lost connection
+/// ([`Dialect::is_connection_lost`](crate::Dialect)), after which the statement may have been
+/// applied: then a row with `id` exists.
+pub(crate) async fn enqueue_autocommit(
+    core: &Core,
+    task: &Task,
+    id: &str,
+    now: Option<Timestamp>,
+) -> Result<Task, DbError> {
+    let mut row = one_statement_row(task, id, now);
+    let pending = row.task.status == Status::Pending;
+    let notify = if pending { core.adapter.inline_notify() } else { None };
+    let sql = match &notify {
+        Some(expr) => core.sql_sized("enqueue_autocommit", (1, 0), || {
+            format!("{AUTOCOMMIT_ENQUEUE_MARKER} {}", insert_now_sql(Some(expr)))
+        }),
+        None => core.sql_sized("enqueue_autocommit", (0, 0), || {
+            format!("{AUTOCOMMIT_ENQUEUE_MARKER} {}", insert_now_sql(None))
+        }),
+    };
+    let rows = core.adapter.write_one(&sql, &insert_now_args(&row), &[Kind::Int]).await?;
+    stamp(&mut row, created_at(&rows)?);
+    if pending {
+        if notify.is_none() {
+            core.adapter.woke();
+        }
+        let mut wakes = Wakes::default();
+        wakes.ready(&row.task.queue);
+        core.hub.wake_for(&wakes);
+    }
+    Ok(row.task)
 }
 
 /// Where `run_at` and `created_at` are among [`TaskRow::insert_args`].

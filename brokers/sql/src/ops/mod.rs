@@ -13,12 +13,25 @@ pub(crate) mod read;
 pub(crate) mod reap;
 pub(crate) mod replay;
 
-use taskgate::{Error, Status, Timestamp};
+use taskgate::{Error, ResolvedOptions, Status, Timestamp};
 
-use crate::core::{args_bytes, Tx, TxFail};
+use crate::core::{args_bytes, Core, Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_COLUMN_COUNT, TASK_KINDS};
 use crate::{Kind, Row, Value};
+
+/// True when a write that is one statement may run as a transaction of its own
+/// ([`Adapter::write_one`](crate::Adapter::write_one): the one-statement ack and enqueue):
+/// the dialect has `UPDATE … RETURNING`, no statement limit splits writes, no Notify observer
+/// needs the rows, writes do not share one writer (SQLite combines them instead), and no test
+/// hook waits for a commit to stop at.
+pub(crate) fn one_statement_writes(core: &Core, opts: &ResolvedOptions) -> bool {
+    core.dialect.update_returning()
+        && core.statement_budget().is_none()
+        && !opts.notifier.is_active()
+        && !core.adapter.shares_writer()
+        && !core.has_before_commit_hook()
+}
 
 /// Locks and reads one task (`SELECT … FOR UPDATE`; SQLite's transaction already holds the
 /// write lock). Piggybacks the server's "now" on the read when the transaction needs it.
