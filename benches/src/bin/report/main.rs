@@ -32,6 +32,8 @@ OPTIONS:
   --runtime-only       only the worker runtime's rows and the broker cells they are compared
                        with (16 claimers, batch 1 and 100, with raw ceilings); writes
                        runtime.md in the output directory and leaves docs/ and README.md alone
+  --pickups-only       only the worker runtime's pickup latency (idle worker; producer on the
+                       worker's handle, then on a second handle), printed
   --cell <B,Q,C,N[,raw]>  only run one claim cell (backend, queues, claimers, batch) and print
                        it: for profiling (strace -c, perf) one workload at a time
   --pairs [LIST]       only the broker-vs-raw comparison of the cells in LIST (`B,Q,C,N`
@@ -66,6 +68,7 @@ struct Args {
     docs: bool,
     wait_quiet: bool,
     runtime_only: bool,
+    pickups_only: bool,
     pipelines_only: bool,
     soak_only: bool,
 }
@@ -92,6 +95,7 @@ fn parse_args() -> Result<Option<Args>> {
         docs: true,
         wait_quiet: false,
         runtime_only: false,
+        pickups_only: false,
         pipelines_only: false,
         soak_only: false,
     };
@@ -120,6 +124,10 @@ fn parse_args() -> Result<Option<Args>> {
             "--wait-quiet" => args.wait_quiet = true,
             "--runtime-only" => {
                 args.runtime_only = true;
+                args.docs = false;
+            }
+            "--pickups-only" => {
+                args.pickups_only = true;
                 args.docs = false;
             }
             "--long" => soak = soak.or(Some(Plan::SOAK_LONG)),
@@ -235,6 +243,8 @@ async fn report(args: Args) -> Result<()> {
         }
         if args.soak_only {
             run::soak(&env, backend, &args.plan, &mut report).await;
+        } else if args.pickups_only {
+            run::runtime_pickups(&env, backend, &args.plan, &mut report).await;
         } else if args.runtime_only {
             run::runtime_only(&env, backend, &args.plan, &mut report).await;
         } else if args.pipelines_only {
@@ -267,6 +277,22 @@ fn write(report: &Report, args: &Args) -> Result<()> {
                 Err(e) => format!("failed: {e}"),
             };
             println!("{} pipeline c{}: {rate}", cell.backend, cell.claimers);
+        }
+        return Ok(());
+    }
+    if args.pickups_only {
+        for cell in &report.runtime_pickups {
+            let latency = match &cell.latency {
+                Ok(p) => format!(
+                    "p50 {:.2} ms, p99 {:.2} ms ({} samples)",
+                    p.p50.as_secs_f64() * 1e3,
+                    p.p99.as_secs_f64() * 1e3,
+                    p.n
+                ),
+                Err(e) => format!("failed: {e}"),
+            };
+            let handle = if cell.cross_handle { "second handle" } else { "worker's handle" };
+            println!("{} runtime pickup, {handle}: {latency}", cell.backend);
         }
         return Ok(());
     }

@@ -515,6 +515,12 @@ async fn runtime(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) 
         work: RuntimeWork::Steady(scenario),
         outcome,
     });
+    runtime_pickups(env, backend, plan, report).await;
+}
+
+/// The worker runtime's pickup latency on `backend` (an idle worker; the producer on the
+/// worker's handle, then on a second handle): `--pickups-only` runs only these rows.
+pub(crate) async fn runtime_pickups(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
     for cross_handle in [false, true] {
         let polls = cross_handle && matches!(backend, Backend::Sqlite | Backend::MySql);
         let samples = if polls { plan.pickup_samples.1 } else { plan.pickup_samples.0 };
