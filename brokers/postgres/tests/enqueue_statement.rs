@@ -81,14 +81,7 @@ async fn a_one_statement_enqueue_takes_the_injected_clock_and_wakes_waiters(
             common::handle(&s, &clock, |o| o.poll_interval(POLL).record_statements(log.clone()))
                 .await?;
         let b = common::handle(&s, &clock, |o| o.poll_interval(POLL)).await?;
-        let listener = format!("{}:listen", b.application_name());
-        assert!(
-            common::eventually(Duration::from_secs(5), || async {
-                common::sessions(&s, &listener).await.unwrap_or(0) == 1
-            })
-            .await,
-            "the second handle listens"
-        );
+        assert!(common::listens(&s, &b).await, "the second handle listens");
 
         // The injected clock's time, not the server's.
         log.take();

@@ -46,13 +46,7 @@ async fn notify_wakes_another_handle_and_survives_a_killed_listener(
         let clock = ManualClock::at_contract_epoch();
         let a = common::handle(&s, &clock, |o| o.poll_interval(POLL)).await?;
         let b = common::handle(&s, &clock, |o| o.poll_interval(POLL)).await?;
-        let listener = format!("{}:listen", b.application_name());
-        assert!(
-            common::eventually(Duration::from_secs(5), || async {
-                common::sessions(&s, &listener).await.unwrap_or(0) == 1
-            })
-            .await
-        );
+        assert!(common::listens(&s, &b).await, "the second handle listens");
 
         let mut took = Vec::new();
         for i in 0..5 {
@@ -64,19 +58,14 @@ async fn notify_wakes_another_handle_and_survives_a_killed_listener(
         assert!(took.iter().all(|d| *d < POLL), "some pickup waited for a poll: {took:?}");
 
         // Kill the listener's connection: the poll still delivers within its interval.
+        let listener = format!("{}:listen", b.application_name());
         assert_eq!(common::terminate(&s, &listener).await?, 1, "one listener session to kill");
         let lost = pickup(&a, &b, "q", "after-kill").await;
         println!("pickup with the listener killed: {lost:?}");
         assert!(lost < POLL + Duration::from_millis(150), "no wake-up within the poll: {lost:?}");
 
         // The listener comes back by itself, and NOTIFY is fast again.
-        assert!(
-            common::eventually(Duration::from_secs(5), || async {
-                common::sessions(&s, &listener).await.unwrap_or(0) == 1
-            })
-            .await,
-            "the listener did not reconnect"
-        );
+        assert!(common::listens(&s, &b).await, "the listener did not reconnect");
         let mut again = Vec::new();
         for i in 0..3 {
             again.push(pickup(&a, &b, "q", &format!("r{i}")).await);
@@ -103,13 +92,7 @@ async fn an_idle_enqueue_carries_its_notify_in_the_insert() -> Result<(), taskga
         a.init(server_clock()).await?;
         let b = s.options()?.poll_interval(POLL).connect().await?;
         b.init(server_clock()).await?;
-        let listener = format!("{}:listen", b.application_name());
-        assert!(
-            common::eventually(Duration::from_secs(5), || async {
-                common::sessions(&s, &listener).await.unwrap_or(0) == 1
-            })
-            .await
-        );
+        assert!(common::listens(&s, &b).await, "the second handle listens");
         // Let the handle's earlier notifications (none expected) age past the gap.
         tokio::time::sleep(Duration::from_millis(50)).await;
         log.take();

@@ -46,6 +46,13 @@ pub async fn handle(
     Ok(broker)
 }
 
+/// Waits (up to 5 s) until `broker`'s listener session is connected; false if it never is.
+pub async fn listens(s: &PgStorage, broker: &PgBroker) -> bool {
+    let listener = format!("{}:listen", broker.application_name());
+    eventually(Duration::from_secs(5), || async { sessions(s, &listener).await.unwrap_or(0) == 1 })
+        .await
+}
+
 /// Runs one statement on a fresh admin connection and returns the rows affected.
 pub async fn admin_exec(s: &PgStorage, sql: &str) -> Result<u64, BoxError> {
     let mut conn: PgConnection = s.admin().await?;
