@@ -875,7 +875,7 @@ impl SqlBroker {
             .map(|i| chunk[*i].id.as_str())
             .collect();
         if !by_token.is_empty() {
-            let tokens = match ack::ack_tokens(&self.core, &by_token).await {
+            let tokens = match read::ack_tokens(&self.core, &by_token).await {
                 Ok(tokens) => tokens,
                 Err(read) => {
                     remember(&wrote);

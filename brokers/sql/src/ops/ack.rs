@@ -109,30 +109,6 @@ pub(crate) async fn ack_autocommit(
     rows.iter().map(|r| Cols(r).text(0).map_err(|e| DbError::Decode(Box::new(e)))).collect()
 }
 
-/// The `ack_token` of each of `ids` that exists (read outside any transaction, to settle a
-/// lost [`ack_autocommit`]).
-pub(crate) async fn ack_tokens(core: &Core, ids: &[&str]) -> Result<HashMap<String, String>> {
-    let mut found = HashMap::with_capacity(ids.len());
-    for chunk in ids.chunks(core.dialect.max_params().max(1)) {
-        let sql = core.sql_sized("ack_tokens", (chunk.len(), 0), || {
-            format!(
-                "SELECT id, ack_token FROM {{tasks}} WHERE id IN ({})",
-                placeholders(chunk.len())
-            )
-        });
-        let args: Vec<Value> = chunk.iter().map(|id| Value::from(*id)).collect();
-        let rows = core.adapter.read(&sql, &args, &[Kind::Text, Kind::Text]).await;
-        for r in rows.map_err(|e| core.backend_error(e))? {
-            let c = Cols(&r);
-            let decoded = c.text(0).and_then(|id| Ok((id, c.text(1)?)));
-            let (id, token) =
-                decoded.map_err(|e| core.backend_error(DbError::Decode(Box::new(e))))?;
-            found.insert(id, token);
-        }
-    }
-    Ok(found)
-}
-
 /// The ack of `n` tasks as one `UPDATE … RETURNING`: every column (`full`, for Notify
 /// snapshots) or just the ID, then the row's `has_children` flag. Arguments: (id, result)
 /// pairs, now, the IDs, (id, token) pairs.

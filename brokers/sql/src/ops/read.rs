@@ -36,20 +36,48 @@ pub(crate) async fn get(core: &Core, id: &str) -> Result<Option<Task>> {
     }
 }
 
-/// The stored tasks among `ids`, by ID (chunked below the dialect's parameter limit).
-pub(crate) async fn by_ids(core: &Core, ids: &[&str]) -> Result<HashMap<String, Task>> {
+/// `SELECT {cols} FROM {tasks} WHERE id IN (…)` over `ids`, in chunks below the dialect's
+/// parameter limit (`name` keys the statement cache), each row decoded by `decode` into an
+/// (ID, value) pair. Shared by the task read by IDs and the ack's token read.
+async fn by_ids_with<T>(
+    core: &Core,
+    name: &'static str,
+    cols: &str,
+    kinds: &[Kind],
+    ids: &[&str],
+    decode: impl Fn(&Row) -> std::result::Result<(String, T), DecodeError>,
+) -> Result<HashMap<String, T>> {
     let mut found = HashMap::with_capacity(ids.len());
     for chunk in ids.chunks(core.dialect.max_params().max(1)) {
-        let sql = core.sql_sized("tasks_by_ids", (chunk.len(), 0), || {
-            format!("SELECT {{cols}} FROM {{tasks}} WHERE id IN ({})", placeholders(chunk.len()))
+        let sql = core.sql_sized(name, (chunk.len(), 0), || {
+            format!("SELECT {cols} FROM {{tasks}} WHERE id IN ({})", placeholders(chunk.len()))
         });
         let args: Vec<Value> = chunk.iter().map(|id| Value::from(*id)).collect();
-        for r in read(core, &sql, &args, &TASK_KINDS).await? {
-            let task = decoded(core, TaskRow::decode(&r))?.task;
-            found.insert(task.id.clone(), task);
+        for r in read(core, &sql, &args, kinds).await? {
+            let (id, value) = decoded(core, decode(&r))?;
+            found.insert(id, value);
         }
     }
     Ok(found)
+}
+
+/// The stored tasks among `ids`, by ID (chunked below the dialect's parameter limit).
+pub(crate) async fn by_ids(core: &Core, ids: &[&str]) -> Result<HashMap<String, Task>> {
+    by_ids_with(core, "tasks_by_ids", "{cols}", &TASK_KINDS, ids, |r| {
+        let task = TaskRow::decode(r)?.task;
+        Ok((task.id.clone(), task))
+    })
+    .await
+}
+
+/// The `ack_token` of each stored task among `ids`, by ID: what settles an ack whose answer
+/// was lost (the token is written only by a completing one-statement ack).
+pub(crate) async fn ack_tokens(core: &Core, ids: &[&str]) -> Result<HashMap<String, String>> {
+    by_ids_with(core, "ack_tokens", "id, ack_token", &[Kind::Text, Kind::Text], ids, |r| {
+        let c = Cols(r);
+        Ok((c.text(0)?, c.text(1)?))
+    })
+    .await
 }
 
 /// A paged query: `select` (ending in its FROM), each condition's predicate (with one `?`,
