@@ -326,3 +326,94 @@ impl Worker for SqliteRaw {
         Ok(())
     }
 }
+
+/// Longest wait for one raw pickup before the sample fails.
+const PICKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The raw-SQL ceiling of the worker runtime's idle pickup on PostgreSQL (insert → handler
+/// start), with no broker code: a producer connection inserts one task carrying its
+/// `pg_notify` in one autocommit statement (the broker's plain enqueue is that too), a
+/// `LISTEN` connection receives the notification, and a claimer connection claims with one
+/// autocommit `UPDATE … WHERE id = (SELECT … FOR UPDATE SKIP LOCKED) RETURNING <columns>` and
+/// decodes the row. One sample is the start of the insert to the decoded row; the producer
+/// waits `idle` before each insert, as the runtime's pickup does. The claimer completes the
+/// task after the sample (off the timed path, as the runtime's batched ack is). Needs three
+/// connections in the bed's raw pool.
+pub async fn pg_pickups(
+    bed: &Bed,
+    queue: &str,
+    samples: usize,
+    idle: std::time::Duration,
+) -> Result<Vec<std::time::Duration>> {
+    use std::time::Instant;
+    let RawPool::Postgres(pool) = &bed.raw else {
+        return Err("the raw pickup ceiling is PostgreSQL's".into());
+    };
+    let t = bed.tasks_table();
+    let channel = format!("{}raw_pickup", bed.prefix);
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    listener.listen(&channel).await?;
+    let mut producer = pool.acquire().await?;
+    let mut claimer = pool.acquire().await?;
+    let claim = format!(
+        "UPDATE {t} SET status = 'running', lease_token = $1, lease_until = $2, started_at = $3, \
+         attempts = attempts + 1 WHERE id = (SELECT id FROM {t} WHERE queue = $4 AND status IN \
+         ('pending', 'retrying') AND run_at <= $3 ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP \
+         LOCKED) RETURNING {cols}",
+        cols = returned()
+    );
+    let complete = format!(
+        "UPDATE {t} SET status = 'completed', finished_at = $1, lease_token = '', \
+         lease_until = 0 WHERE id = $2"
+    );
+    let insert = format!(
+        "WITH w AS (SELECT pg_notify($1, '')) INSERT INTO {t} (id, type, queue, status, run_at, \
+         created_at) SELECT $2, $3, $4, 'pending', $5, $5 FROM w"
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let queue_owned = queue.to_owned();
+    let claiming = tokio::spawn(async move {
+        for _ in 0..samples {
+            listener.recv().await?;
+            let now = now_ms();
+            let row = sqlx::query(&claim)
+                .bind(taskgate::id::new_ulid())
+                .bind(now + LEASE_MS)
+                .bind(now)
+                .bind(&queue_owned)
+                .fetch_optional(&mut *claimer)
+                .await?;
+            let Some(row) = row else { continue };
+            let claimed = pg_row(&row)?;
+            let _ = tx.send(Instant::now());
+            sqlx::query(&complete).bind(now_ms()).bind(&claimed.id).execute(&mut *claimer).await?;
+        }
+        Ok::<_, crate::BoxError>(())
+    });
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        tokio::time::sleep(idle).await;
+        let begin = Instant::now();
+        sqlx::query(&insert)
+            .bind(&channel)
+            .bind(taskgate::id::new_ulid())
+            .bind(crate::fill::TASK_TYPE)
+            .bind(queue)
+            .bind(now_ms())
+            .execute(&mut *producer)
+            .await?;
+        match tokio::time::timeout(PICKUP_TIMEOUT, rx.recv()).await {
+            Ok(Some(at)) => out.push(at.saturating_duration_since(begin)),
+            Ok(None) => break,
+            Err(_) => {
+                claiming.abort();
+                return Err(format!("no raw pickup within {PICKUP_TIMEOUT:?}").into());
+            }
+        }
+    }
+    claiming.await??;
+    if out.len() < samples {
+        return Err("the raw claimer stopped early".into());
+    }
+    Ok(out)
+}

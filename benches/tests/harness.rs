@@ -115,3 +115,27 @@ async fn pickups_and_the_pipeline_report_real_work() -> Result<()> {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_raw_pickup_ceiling_claims_and_completes_each_insert() -> Result<()> {
+    within(TEST_LIMIT, "the_raw_pickup_ceiling_claims_and_completes_each_insert", async move {
+        if !backends().contains(&Backend::Postgres) {
+            return Ok(());
+        }
+        let bed = Bed::open(&Env::from_env(), Backend::Postgres, 3).await?;
+        let samples = raw::pg_pickups(&bed, "raw-pickup", 5, Duration::from_millis(5)).await?;
+        assert_eq!(samples.len(), 5);
+        assert!(samples.iter().all(|d| *d > Duration::ZERO && *d < pickup::SAMPLE_TIMEOUT));
+        // The claimer completes each task after its sample; the last completion may still be
+        // on its way when the producer's loop ends.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while completed(&bed).await? < 5 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(completed(&bed).await?, 5);
+        assert_eq!(bed.broker.queue_len("raw-pickup").await?, 0);
+        bed.close().await?;
+        Ok(())
+    })
+    .await
+}

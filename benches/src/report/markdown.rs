@@ -368,10 +368,10 @@ fn runtime(out: &mut String, r: &Report, h: &str) {
              | Backend | Producer on | Samples | p50 ms | p99 ms | max ms |\n|---|---|---:|---:|---:|---:|"
         );
         for p in &r.runtime_pickups {
-            let on = if p.cross_handle {
-                "second handle (as another process)"
-            } else {
-                "the worker's handle"
+            let on = match (p.raw, p.cross_handle) {
+                (true, _) => "raw-SQL ceiling (no broker: insert + `pg_notify`, `LISTEN`, one-statement claim)",
+                (false, true) => "second handle (as another process)",
+                (false, false) => "the worker's handle",
             };
             match &p.latency {
                 Ok(l) => {

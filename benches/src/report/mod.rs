@@ -177,6 +177,10 @@ pub struct RuntimePickupCell {
     pub backend: Backend,
     /// True when the producer was on a second handle (as another process would be).
     pub cross_handle: bool,
+    /// True for the raw-SQL ceiling of the same pickup (no broker, no runtime: an insert
+    /// carrying its `pg_notify`, a `LISTEN` connection, a one-statement claim;
+    /// [`crate::raw::pg_pickups`]).
+    pub raw: bool,
     /// The latencies, or why it failed.
     pub latency: Result<Percentiles, String>,
 }

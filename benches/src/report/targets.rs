@@ -317,14 +317,18 @@ fn runtime_overhead_target(r: &Report, backend: Backend) -> Target {
 }
 
 fn runtime_pickup_target(r: &Report) -> Target {
-    let find = |cross: bool| {
+    let find = |cross: bool, raw: bool| {
         r.runtime_pickups
             .iter()
-            .find(|p| p.backend == Backend::Postgres && p.cross_handle == cross)
+            .find(|p| p.backend == Backend::Postgres && p.cross_handle == cross && p.raw == raw)
             .and_then(|p| p.latency.as_ref().ok())
     };
-    let (cross, same) = (find(true), find(false));
-    let same_text = same.map_or(String::new(), |p| format!("; same handle p50 {} ms", ms(p.p50)));
+    let (cross, same, raw) = (find(true, false), find(false, false), find(true, true));
+    let mut same_text =
+        same.map_or(String::new(), |p| format!("; same handle p50 {} ms", ms(p.p50)));
+    if let Some(p) = raw {
+        same_text.push_str(&format!("; raw-SQL ceiling p50 {} ms", ms(p.p50)));
+    }
     Target {
         scenario: "PostgreSQL runtime pickup, idle worker (insert on a second handle → handler \
                    start)"

@@ -291,7 +291,11 @@ fn write(report: &Report, args: &Args) -> Result<()> {
                 ),
                 Err(e) => format!("failed: {e}"),
             };
-            let handle = if cell.cross_handle { "second handle" } else { "worker's handle" };
+            let handle = match (cell.raw, cell.cross_handle) {
+                (true, _) => "raw-SQL ceiling",
+                (false, true) => "second handle",
+                (false, false) => "worker's handle",
+            };
             println!("{} runtime pickup, {handle}: {latency}", cell.backend);
         }
         return Ok(());

@@ -543,7 +543,35 @@ pub(crate) async fn runtime_pickups(env: &Env, backend: Backend, plan: &Plan, re
         .await
         .map_err(|e| e.to_string());
         eprintln!("  {backend} runtime pickup (second handle: {cross_handle}): {latency:?}");
-        report.runtime_pickups.push(RuntimePickupCell { backend, cross_handle, latency });
+        report.runtime_pickups.push(RuntimePickupCell {
+            backend,
+            cross_handle,
+            raw: false,
+            latency,
+        });
+    }
+    if backend == Backend::Postgres {
+        let latency = async {
+            let bed = Bed::open(env, backend, 3).await?;
+            let got = benches::raw::pg_pickups(
+                &bed,
+                benches::runtime::QUEUE,
+                plan.pickup_samples.0,
+                Duration::from_millis(20),
+            )
+            .await;
+            bed.close().await?;
+            Ok::<_, benches::BoxError>(percentiles(&got?))
+        }
+        .await
+        .map_err(|e| e.to_string());
+        eprintln!("  {backend} raw pickup ceiling: {latency:?}");
+        report.runtime_pickups.push(RuntimePickupCell {
+            backend,
+            cross_handle: true,
+            raw: true,
+            latency,
+        });
     }
 }
 
