@@ -24,6 +24,7 @@ pub mod backend;
 pub mod drive;
 pub mod facts;
 pub mod fill;
+pub mod pgbench;
 pub mod pickup;
 pub mod produce;
 pub mod raw;

@@ -139,3 +139,34 @@ async fn the_raw_pickup_ceiling_claims_and_completes_each_insert() -> Result<()>
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_claims_and_completes_what_it_counts() -> Result<()> {
+    within(TEST_LIMIT, "pgbench_claims_and_completes_what_it_counts", async move {
+        let env = Env::from_env();
+        let Some(url) = env.pg_url.clone().filter(|_| backends().contains(&Backend::Postgres))
+        else {
+            return Ok(());
+        };
+        if !benches::pgbench::available() {
+            eprintln!("taskgate benches: pgbench is not installed; its ceiling is not checked");
+            return Ok(());
+        }
+        let bed = Bed::open(&env, Backend::Postgres, 1).await?;
+        fill::backlog(&bed, &Spec::queue(0), 300).await?;
+        let spec = Spec { queues: 1, claimers: 2, batch: 10 };
+        let (rate, drained) = benches::pgbench::claim_ack(&bed, &url, spec, 1).await?;
+        // 300 tasks at any rate a database reaches drain within the second.
+        assert!(drained, "the backlog ran out");
+        assert!(rate > 0.0);
+        // The warm-up completed some; the measured second the rest: every task completed once,
+        // none left running (each completion found its claim's rows by the claim's token).
+        assert_eq!(completed(&bed).await?, 300);
+        let counts = bed.broker.counts().await?;
+        let running = counts.get(fill::TASK_TYPE).and_then(|m| m.get(&Status::Running));
+        assert_eq!(running.copied().unwrap_or(0), 0);
+        bed.close().await?;
+        Ok(())
+    })
+    .await
+}

@@ -5,7 +5,9 @@
 use std::fmt::Write;
 
 use crate::backend::Backend;
-use crate::report::targets::{batch100, evaluate, runtime_targets, scaling, Standing, Target};
+use crate::report::targets::{
+    batch100, claim_cell, evaluate, runtime_targets, scaling, Standing, Target,
+};
 use crate::report::{ClaimCell, Measured, Report, RuntimeCell, RuntimeWork, SoakCell};
 use crate::soak::{size_measure, Spread, FLATNESS_LIMIT, SIZE_GROWTH_LIMIT};
 use crate::stats::{ms, rate};
@@ -22,6 +24,7 @@ pub fn render(r: &Report, chart: &str) -> String {
          queue. Log scales.\n"
     );
     claims(&mut out, r);
+    pgbench(&mut out, r);
     enqueues(&mut out, r);
     pickups(&mut out, r);
     pipelines(&mut out, r);
@@ -228,6 +231,48 @@ fn claim_row(out: &mut String, c: &ClaimCell) {
         out,
         "| {} | {} | {} | {} | {b_rate} | {w_rate} | {ratio} | {b_commits} | {w_commits} | {retries} |",
         c.backend, s.queues, s.claimers, s.batch
+    );
+}
+
+/// pgbench's raw ceiling of issue 13's PostgreSQL cells beside the broker and the report's
+/// own raw ceiling.
+fn pgbench(out: &mut String, r: &Report) {
+    if r.pgbench.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## pgbench's raw ceiling (PostgreSQL)
+
+         | Queues | Claimers | Batch | Broker jobs/s | Raw jobs/s | pgbench jobs/s | Broker ÷ pgbench |
+         |---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for p in &r.pgbench {
+        let s = p.spec;
+        let c = claim_cell(r, Backend::Postgres, s);
+        let broker = c.and_then(ClaimCell::broker_rate);
+        let raw = c.and_then(ClaimCell::raw_rate).map_or("—".to_owned(), rate);
+        let (pg, ratio) = match &p.rate {
+            Ok((v, drained)) => (
+                format!("{}{}", rate(*v), if *drained { "†" } else { "" }),
+                broker
+                    .filter(|_| *v > 0.0)
+                    .map_or("—".to_owned(), |b| format!("{:.0} %", b / v * 100.0)),
+            ),
+            Err(e) => (format!("failed: {}", one_line(e)), "—".to_owned()),
+        };
+        let broker = broker.map_or("—".to_owned(), rate);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {broker} | {raw} | {pg} | {ratio} |",
+            s.queues, s.claimers, s.batch
+        );
+    }
+    let _ = writeln!(
+        out,
+        "
+The same claim+ack driven by `pgbench` (PostgreSQL's C client: no sqlx, no tokio),          `-M prepared`, one client per claimer, two seconds after a short warm-up, on fresh          storage: each transaction is one autocommit `UPDATE … WHERE id IN (SELECT … FOR UPDATE          SKIP LOCKED) RETURNING <every column>` and one autocommit completing `UPDATE` of the          rows it claimed. Broker and raw are the claim matrix's cells of the same run. † = the          backlog ran out (the rate is a floor).
+"
     );
 }
 
@@ -659,6 +704,48 @@ pub(crate) mod tests {
         let without = render(&Report::default(), "performance.svg");
         assert!(!without.contains("Sustained load"), "no soak ran, no soak section");
         assert!(!without.contains("| Soak:"), "no soak ran, no soak target");
+    }
+
+    fn measured(rate: f64) -> Measured {
+        Measured {
+            rate,
+            jobs: 1_000,
+            commits_per_job: Some(2.0),
+            commits_measured: true,
+            retries: 0,
+            exhausted: false,
+        }
+    }
+
+    #[test]
+    fn the_pgbench_ceiling_has_its_table_and_target() {
+        use crate::drive::Spec;
+        use crate::report::PgbenchCell;
+        let b1 = Spec { queues: 1, claimers: 16, batch: 1 };
+        let b100 = Spec { queues: 1, claimers: 4, batch: 100 };
+        let r = Report {
+            claims: vec![ClaimCell {
+                backend: Backend::Postgres,
+                spec: b1,
+                broker: Ok(measured(3_000.0)),
+                raw: Some(Ok(measured(3_600.0))),
+            }],
+            pgbench: vec![
+                PgbenchCell { spec: b1, rate: Ok((4_000.0, false)) },
+                PgbenchCell { spec: b100, rate: Err("pgbench failed\nmore".to_owned()) },
+            ],
+            ..Report::default()
+        };
+        let page = render(&r, "performance.svg");
+        assert!(page.contains("## pgbench's raw ceiling (PostgreSQL)"));
+        assert!(page.contains("| 1 | 16 | 1 | 3,000 | 3,600 | 4,000 | 75 % |"), "{page}");
+        assert!(page.contains("| 1 | 4 | 100 | — | — | failed: pgbench failed | — |"), "{page}");
+        assert!(page.contains(
+            "| PostgreSQL claim+ack, batch 1, 16 claimers, against pgbench's raw ceiling | \
+             ≥ 80 % of pgbench | 3,000 / 4,000 jobs/s = 75 % | **MISSED** |"
+        ));
+        let without = render(&Report::default(), "performance.svg");
+        assert!(!without.contains("pgbench"), "no PostgreSQL cells, no pgbench table or target");
     }
 
     #[test]

@@ -185,6 +185,16 @@ pub struct RuntimePickupCell {
     pub latency: Result<Percentiles, String>,
 }
 
+/// One pgbench raw-ceiling cell (PostgreSQL, one queue; [`crate::pgbench`]).
+#[derive(Clone, Debug)]
+pub struct PgbenchCell {
+    /// Queues (1), claimers (pgbench clients), batch.
+    pub spec: Spec,
+    /// Jobs per second and whether the backlog ran out (the rate is then a floor), or why it
+    /// did not run.
+    pub rate: Result<(f64, bool), String>,
+}
+
 /// One soak run (sustained load with pruning, issue 13).
 #[derive(Clone, Debug)]
 pub struct SoakCell {
@@ -245,6 +255,8 @@ pub struct Report {
     pub runtime: Vec<RuntimeCell>,
     /// The worker runtime's pickup latency.
     pub runtime_pickups: Vec<RuntimePickupCell>,
+    /// pgbench's raw ceiling of issue 13's PostgreSQL cells.
+    pub pgbench: Vec<PgbenchCell>,
     /// Sustained load with pruning, per backend.
     pub soaks: Vec<SoakCell>,
     /// Hand-written findings appended to the page (`benches/report-notes.md`).

@@ -39,7 +39,9 @@ OPTIONS:
   --pairs [LIST]       only the broker-vs-raw comparison of the cells in LIST (`B,Q,C,N`
                        separated by `;`; default: issue 13's rows, PostgreSQL 16×1, 16×10 and
                        4×100, SQLite 1×100, MySQL 4×100): broker and raw ceiling back to back,
-                       alternating, --rounds times; prints each run and the median ratios
+                       alternating, --rounds times (PostgreSQL one-queue cells also with
+                       pgbench's raw ceiling when pgbench is installed); prints each run and
+                       the median ratios
   --rounds <N>         rounds of --pairs (default 3)
   --long               the long mode: each backend's soak runs 30 minutes instead of 5
   --soak-secs <S>      seconds each backend's soak runs (default 300; --quick: 5)

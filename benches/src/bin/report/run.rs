@@ -10,8 +10,8 @@ use benches::drive::{self, Outcome, Spec, Stop};
 use benches::facts::{database_settings, write_transactions};
 use benches::produce::{self, Producers};
 use benches::report::{
-    ClaimCell, Database, DegradeCell, EnqueueCell, Measured, PickupCell, PipelineCell, Report,
-    RuntimeCell, RuntimePickupCell, RuntimeWork, SoakCell,
+    ClaimCell, Database, DegradeCell, EnqueueCell, Measured, PgbenchCell, PickupCell, PipelineCell,
+    Report, RuntimeCell, RuntimePickupCell, RuntimeWork, SoakCell,
 };
 use benches::runtime::{RtOutcome, RtSpec, QUEUE as RT_QUEUE};
 use benches::soak::{self as soaking, Sample, SoakSpec};
@@ -35,6 +35,9 @@ fn sessions(n: usize) -> u32 {
 pub(crate) async fn backend(env: &Env, backend: Backend, plan: &Plan, report: &mut Report) {
     settings(env, backend, report).await;
     claims(env, backend, plan, report).await;
+    if backend == Backend::Postgres {
+        pgbench_cells(env, report).await;
+    }
     enqueues(env, backend, plan, report).await;
     pickups(env, backend, plan, report).await;
     pipelines(env, backend, plan, report).await;
@@ -264,6 +267,9 @@ pub(crate) async fn pairs(
         }
         let mut ratios = Vec::new();
         let (mut brokers, mut raws) = (Vec::new(), Vec::new());
+        let with_pgbench =
+            backend == Backend::Postgres && spec.queues == 1 && benches::pgbench::available();
+        let (mut pgbenches, mut pg_ratios) = (Vec::new(), Vec::new());
         for round in 0..rounds.max(1) {
             let mut rates = [0.0; 2];
             for (slot, raw) in [false, true].into_iter().enumerate() {
@@ -284,14 +290,35 @@ pub(crate) async fn pairs(
             if rates[1] > 0.0 {
                 ratios.push(rates[0] / rates[1]);
             }
+            if with_pgbench {
+                let (pg, drained) = pgbench_cell(env, spec).await?;
+                eprintln!(
+                    "  round {round}: {backend} {} pgbench {} jobs/s{}",
+                    spec.label(),
+                    rate(pg),
+                    if drained { " (drained)" } else { "" }
+                );
+                pgbenches.push(pg);
+                if pg > 0.0 {
+                    pg_ratios.push(rates[0] / pg);
+                }
+            }
         }
-        summary.push((backend, spec, median(&mut brokers), median(&mut raws), median(&mut ratios)));
+        let pgbench = with_pgbench.then(|| (median(&mut pgbenches), median(&mut pg_ratios)));
+        let (broker, raw, ratio) = (median(&mut brokers), median(&mut raws), median(&mut ratios));
+        summary.push((backend, spec, broker, raw, ratio, pgbench));
     }
-    println!("| Cell | broker | raw | broker ÷ raw (median of rounds) |");
-    println!("|---|---:|---:|---:|");
-    for (backend, spec, broker, raw, ratio) in summary {
+    println!(
+        "| Cell | broker | raw | broker ÷ raw | pgbench | broker ÷ pgbench |  (medians of rounds)"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (backend, spec, broker, raw, ratio, pgbench) in summary {
+        let (pg, pg_ratio) = match pgbench {
+            Some((pg, r)) => (rate(pg), format!("{:.0} %", r * 100.0)),
+            None => ("—".to_owned(), "—".to_owned()),
+        };
         println!(
-            "| {backend} {} | {} | {} | {:.0} % |",
+            "| {backend} {} | {} | {} | {:.0} % | {pg} | {pg_ratio} |",
             spec.label(),
             rate(broker),
             rate(raw),
@@ -308,6 +335,50 @@ fn median(values: &mut [f64]) -> f64 {
         n if n % 2 == 1 => values[n / 2],
         n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
+}
+
+/// Issue 13's PostgreSQL cells (16 claimers × batch 1 and 10, 4 × batch 100), whose raw
+/// ceiling the issue measured with pgbench.
+pub(crate) const PGBENCH_CELLS: [Spec; 3] = [
+    Spec { queues: 1, claimers: 16, batch: 1 },
+    Spec { queues: 1, claimers: 16, batch: 10 },
+    Spec { queues: 1, claimers: 4, batch: 100 },
+];
+
+/// Seconds pgbench measures (it takes whole seconds).
+const PGBENCH_SECS: u32 = 2;
+
+/// pgbench's raw ceiling of [`PGBENCH_CELLS`] beside the claim matrix; says why when pgbench
+/// is not installed.
+async fn pgbench_cells(env: &Env, report: &mut Report) {
+    let installed = benches::pgbench::available();
+    for spec in PGBENCH_CELLS {
+        let rate = match installed {
+            true => pgbench_cell(env, spec).await.map_err(|e| e.to_string()),
+            false => Err("pgbench is not installed".to_owned()),
+        };
+        eprintln!("  postgres pgbench {}: {rate:?}", spec.label());
+        report.pgbench.push(PgbenchCell { spec, rate });
+    }
+}
+
+/// pgbench's raw ceiling of `spec` (one queue) on fresh PostgreSQL storage.
+async fn pgbench_cell(env: &Env, spec: Spec) -> Result<(f64, bool)> {
+    let url = env.pg_url.as_deref().ok_or("TASKGATE_PG_URL is not set")?;
+    let bed = Bed::open(env, Backend::Postgres, 1).await?;
+    let result = async {
+        // Twice what the guessed rate needs (pgbench's warm-up takes a few batches more).
+        let guess = Plan::guess(Backend::Postgres, spec.batch) * f64::from(PGBENCH_SECS) * 2.0;
+        let floor = u64::try_from(spec.claimers * spec.batch * 20).unwrap_or(u64::MAX);
+        let total = benches::stats::whole(guess.min(400_000.0)).max(floor);
+        fill::backlog(&bed, &Spec::queue(0), total).await?;
+        benches::pgbench::claim_ack(&bed, url, spec, PGBENCH_SECS).await
+    }
+    .await;
+    let closed = bed.close().await;
+    let result = result?;
+    closed?;
+    Ok(result)
 }
 
 /// Waits until the lanes hold `expected` ready tasks again: claims that were in flight when
