@@ -46,8 +46,8 @@ pub fn script(table: &str, queue: &str, batch: usize) -> String {
     )
 }
 
-/// Runs `spec` (one queue) with pgbench on `bed`'s PostgreSQL tasks table, which holds at
-/// least `backlog` ready tasks in [`Spec::queue`]`(0)` (filled by the caller): a short
+/// Runs `spec` (one queue) with pgbench on `bed`'s PostgreSQL tasks table, whose ready tasks
+/// wait in [`Spec::queue`]`(0)` (filled by the caller, enough for the run): a short
 /// warm-up (every client claims a few times), then `secs` whole seconds measured. Returns
 /// the jobs per second and whether the backlog ran out (then the rate is a floor).
 pub async fn claim_ack(bed: &Bed, url: &str, spec: Spec, secs: u32) -> Result<(f64, bool)> {

@@ -18,6 +18,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::mysql::MySqlRow;
@@ -328,7 +329,7 @@ impl Worker for SqliteRaw {
 }
 
 /// Longest wait for one raw pickup before the sample fails.
-const PICKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const PICKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The raw-SQL ceiling of the worker runtime's idle pickup on PostgreSQL (insert → handler
 /// start), with no broker code: a producer connection inserts one task carrying its
@@ -343,9 +344,8 @@ pub async fn pg_pickups(
     bed: &Bed,
     queue: &str,
     samples: usize,
-    idle: std::time::Duration,
-) -> Result<Vec<std::time::Duration>> {
-    use std::time::Instant;
+    idle: Duration,
+) -> Result<Vec<Duration>> {
     let RawPool::Postgres(pool) = &bed.raw else {
         return Err("the raw pickup ceiling is PostgreSQL's".into());
     };
