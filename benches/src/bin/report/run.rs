@@ -613,13 +613,7 @@ pub(crate) async fn runtime_pickups(env: &Env, backend: Backend, plan: &Plan, re
         }
         .await
         .map_err(|e| e.to_string());
-        eprintln!("  {backend} runtime pickup (second handle: {cross_handle}): {latency:?}");
-        report.runtime_pickups.push(RuntimePickupCell {
-            backend,
-            cross_handle,
-            raw: false,
-            latency,
-        });
+        record_pickup(report, RuntimePickupCell { backend, cross_handle, raw: false, latency });
     }
     if backend == Backend::Postgres {
         let latency = async {
@@ -636,14 +630,22 @@ pub(crate) async fn runtime_pickups(env: &Env, backend: Backend, plan: &Plan, re
         }
         .await
         .map_err(|e| e.to_string());
-        eprintln!("  {backend} raw pickup ceiling: {latency:?}");
-        report.runtime_pickups.push(RuntimePickupCell {
-            backend,
-            cross_handle: true,
-            raw: true,
-            latency,
-        });
+        record_pickup(
+            report,
+            RuntimePickupCell { backend, cross_handle: true, raw: true, latency },
+        );
     }
+}
+
+/// Prints one runtime pickup row and adds it to the report.
+fn record_pickup(report: &mut Report, cell: RuntimePickupCell) {
+    let what = match (cell.raw, cell.cross_handle) {
+        (true, _) => "raw pickup ceiling",
+        (false, true) => "runtime pickup (second handle)",
+        (false, false) => "runtime pickup (worker's handle)",
+    };
+    eprintln!("  {} {what}: {:?}", cell.backend, cell.latency);
+    report.runtime_pickups.push(cell);
 }
 
 /// One drain on fresh storage: an untimed warm-up drain (pool connections, prepared
