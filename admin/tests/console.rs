@@ -176,8 +176,19 @@ impl Browser {
             .unwrap_or_else(|e| panic!("no {css} on the page within {SHOW_LIMIT:?}: {e}"))
     }
 
+    /// The text of `css`; an element the auto-refresh replaced between finding and reading
+    /// is found again (as in [`Browser::click`]).
     async fn text(&self, css: &str) -> String {
-        self.find(css).await.text().await.unwrap_or_else(|e| panic!("text of {css}: {e}"))
+        let started = Instant::now();
+        loop {
+            match self.find(css).await.text().await {
+                Ok(text) => return text,
+                Err(e) if e.to_string().contains("stale element") => {
+                    assert!(started.elapsed() < SHOW_LIMIT, "text of {css}: {e}");
+                }
+                Err(e) => panic!("text of {css}: {e}"),
+            }
+        }
     }
 
     /// Clicks `css`; an element the auto-refresh replaced between finding and clicking is
