@@ -165,3 +165,69 @@ async fn hot_statements_use_indexes_that_skip_finished_rows() -> Result<(), task
     })
     .await
 }
+
+/// How many times PostgreSQL planned `sql` afresh (custom) and how many it ran its cached
+/// generic plan, over `runs` executions of one prepared statement with `args` under the
+/// server's default `plan_cache_mode` (inside a transaction rolled back after).
+async fn plan_choices(
+    conn: &mut PgConnection,
+    sql: &str,
+    args: &[Value],
+    runs: usize,
+) -> Result<(i64, i64), taskgate::BoxError> {
+    let types: Vec<&str> = args.iter().map(pg_type).collect();
+    let values: Vec<String> = args.iter().map(literal).collect();
+    conn.execute("BEGIN").await?;
+    conn.execute(&*format!("PREPARE tg_keep({}) AS {sql}", types.join(", "))).await?;
+    for _ in 0..runs {
+        conn.execute(&*format!("EXECUTE tg_keep({})", values.join(", "))).await?;
+    }
+    let (custom, generic): (i64, i64) = sqlx::query_as(
+        "SELECT custom_plans, generic_plans FROM pg_prepared_statements WHERE name = 'tg_keep'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    conn.execute("ROLLBACK").await?;
+    conn.execute("DEALLOCATE tg_keep").await?;
+    Ok((custom, generic))
+}
+
+/// A one-task claim and a one-item ack are the whole of a batch-1 worker's statements, and
+/// re-planning them on every run cost a quarter of the server's CPU per claim+ack: PostgreSQL
+/// keeps a prepared statement's generic plan only where it looks no dearer than the custom
+/// ones, which a bound `LIMIT` or an array argument never does. So the one-task claim says
+/// `LIMIT 1` and the one-item ack takes plain arguments, and the server settles on their
+/// generic plans after its five custom ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_task_claims_and_acks_keep_their_generic_plans() -> Result<(), taskgate::BoxError> {
+    within(TEST_LIMIT, "one_task_claims_and_acks_keep_their_generic_plans", async move {
+        let Some(s) = common::storage("generic plans").await else { return Ok(()) };
+        let clock = ManualClock::at_contract_epoch();
+        let log = taskgate_sql::StatementLog::new();
+        let b = common::handle(&s, &clock, |o| o.record_statements(log.clone())).await?;
+        let mut conn = s.admin().await?;
+        seed_finished(&mut conn, s.prefix()).await?;
+        log.take();
+        workload(&b, &clock).await?;
+        let statements = log.take();
+        let kinds = [
+            ("one-task claim", "ORDER BY priority, run_at, id LIMIT 1 "),
+            ("one-item ack", "/* taskgate: one-statement ack */"),
+        ];
+        for (name, marker) in kinds {
+            let (sql, args) = statements
+                .iter()
+                .find(|(sql, _)| sql.contains(marker))
+                .ok_or_else(|| format!("the workload ran no {name}"))?;
+            assert!(!sql.contains("unnest"), "the {name} binds arrays:\n{sql}");
+            let (custom, generic) = plan_choices(&mut conn, sql, args, 10).await?;
+            assert!(
+                generic >= 4 && custom <= 6,
+                "the {name} was planned {custom} times and ran its generic plan {generic} \
+                 times in 10 runs:\n{sql}"
+            );
+        }
+        common::finish(s, &[&b]).await
+    })
+    .await
+}

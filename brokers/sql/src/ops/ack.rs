@@ -62,10 +62,33 @@ pub(crate) fn fits_one_statement(items: &[AckItem]) -> bool {
 /// WHERE clause, so a child enqueue that committed while this statement waited for the row
 /// (READ COMMITTED re-checks the clause on the new row version) leaves the task to the
 /// transaction, which wakes the child. Status is tested as in [`ack_unnest_sql`] (no index).
-pub(crate) fn ack_autocommit_sql(core: &Core, results: bool, server_now: bool) -> Arc<str> {
-    let key = usize::from(results) | usize::from(server_now) << 1;
+///
+/// Several items come as arrays (`unnest` of ids, tokens and results). One item (`one`)
+/// comes as plain arguments — now, result, id, token — and `ack_token` takes the row's old
+/// `lease_token` (`SET` reads the old row), which the WHERE clause matched to the token: a
+/// custom plan prices an array argument by its length and a generic plan as ten rows, so
+/// PostgreSQL re-planned every one-item `unnest` ack, while the plain form keeps its generic
+/// plan (benches/report-notes.md, finding 22).
+pub(crate) fn ack_autocommit_sql(
+    core: &Core,
+    results: bool,
+    server_now: bool,
+    one: bool,
+) -> Arc<str> {
+    let key = usize::from(results) | usize::from(server_now) << 1 | usize::from(one) << 2;
     core.sql_sized("ack_autocommit", (0, key), || {
         let finished = if server_now { "(SELECT {now})" } else { "?" };
+        if one {
+            let result = if results { "CAST(? AS BYTEA)" } else { "NULL" };
+            return format!(
+                "{AUTOCOMMIT_ACK_MARKER} UPDATE {{tasks}} SET status = 'completed', \
+                 finished_at = {finished}, result = {result}, lease_token = '', \
+                 lease_until = 0, cancel_requested = 0, ack_token = lease_token \
+                 WHERE id = ? AND status || '' = 'running' AND lease_token = ? \
+                 AND has_children = 0 \
+                 RETURNING id"
+            );
+        }
         let (result, result_arg, result_col) = if results {
             ("a.ack_result", ", CAST(? AS BYTEA[])", ", ack_result")
         } else {
@@ -99,12 +122,23 @@ pub(crate) async fn ack_autocommit(
     let results = items.iter().any(|item| item.result.is_some());
     let mut args = Vec::with_capacity(4);
     args.extend(now.map(Value::from));
-    args.push(Value::TextArray(items.iter().map(|item| item.id.clone()).collect()));
-    args.push(Value::TextArray(items.iter().map(|item| item.token.clone()).collect()));
-    if results {
-        args.push(Value::BytesArray(items.iter().map(|item| item.result.clone()).collect()));
-    }
-    let sql = ack_autocommit_sql(core, results, now.is_none());
+    let one = match items {
+        [item] => {
+            args.extend(item.result.clone().map(Value::Bytes));
+            args.extend([Value::from(&item.id), Value::from(&item.token)]);
+            true
+        }
+        _ => {
+            args.push(Value::TextArray(items.iter().map(|item| item.id.clone()).collect()));
+            args.push(Value::TextArray(items.iter().map(|item| item.token.clone()).collect()));
+            if results {
+                let list = items.iter().map(|item| item.result.clone()).collect();
+                args.push(Value::BytesArray(list));
+            }
+            false
+        }
+    };
+    let sql = ack_autocommit_sql(core, results, now.is_none(), one);
     let rows = core.adapter.write_one(&sql, &args, &[Kind::Text]).await?;
     rows.iter().map(|r| Cols(r).text(0).map_err(|e| DbError::Decode(Box::new(e)))).collect()
 }

@@ -101,21 +101,37 @@ pub(crate) fn claim_update_sql(core: &Core, n: usize, lease: &str, lease_args: u
 
 /// The one-statement claim of [`ClaimShape::UpdateSkipLocked`] for `n` queues with lease
 /// length expression `ttl` (`ttl_args` arguments, in ms). Arguments: now override (or NULL:
-/// the server's time, read once for the statement), token prefix, ttl args, queues, limit.
+/// the server's time, read once for the statement), token prefix, ttl args, queues, limit —
+/// except with `one` (a claim of one task), whose limit is the literal `1`.
 ///
 /// The candidates are locked by the inner `FOR UPDATE SKIP LOCKED` read and collected into an
 /// array (an init plan), so the update itself is a primary-key lookup whatever the plan's row
 /// estimates. `lease_until` saturates at the largest BIGINT, like `Timestamp::saturating_add`.
-pub(crate) fn claim_skip_locked_sql(core: &Core, n: usize, ttl: &str, ttl_args: usize) -> Arc<str> {
+///
+/// Why a literal for one task: PostgreSQL plans a prepared statement afresh on every run
+/// (a custom plan) while its generic plan looks dearer, and a generic plan prices `LIMIT $n`
+/// as a tenth of the rows, so a bound limit kept every claim on custom plans. With `LIMIT 1`
+/// the generic plan costs the same and the server keeps it: at batch 1, where a claim is one
+/// task, that planning was a quarter of the server's CPU per claim+ack (benches/report-notes.md,
+/// finding 22). Larger claims keep the bound limit, so their sizes share one statement.
+pub(crate) fn claim_skip_locked_sql(
+    core: &Core,
+    n: usize,
+    ttl: &str,
+    ttl_args: usize,
+    one: bool,
+) -> Arc<str> {
     let token = core.dialect.claim_token_sql();
-    core.sql_sized("claim_skip_locked", (n, ttl_args), || {
+    let (name, limit) =
+        if one { ("claim_skip_locked_one", "1") } else { ("claim_skip_locked", "?") };
+    core.sql_sized(name, (n, ttl_args), || {
         format!(
             "WITH n AS (SELECT COALESCE(?, {{now}}) AS now) \
              UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
              lease_until = (SELECT now FROM n) + LEAST({ttl}, 9223372036854775807 - \
              (SELECT now FROM n)), started_at = CASE WHEN started_at = 0 THEN \
              (SELECT now FROM n) ELSE started_at END WHERE id = ANY(ARRAY(SELECT id FROM {from} \
-             WHERE {ready} ORDER BY priority, run_at, id LIMIT ?{{skip_locked}})) \
+             WHERE {ready} ORDER BY priority, run_at, id LIMIT {limit}{{skip_locked}})) \
              RETURNING {{cols}}",
             from = claim_from(core),
             ready = ready_where(core, n, "(SELECT now FROM n)"),
@@ -242,13 +258,15 @@ fn skip_locked_claim(
     now: Option<Timestamp>,
 ) -> (Arc<str>, Vec<Value>) {
     let (ttl, ttl_args) = ttl_expr(opts, queues);
-    let sql = claim_skip_locked_sql(core, queues.len(), &ttl, ttl_args.len());
+    let sql = claim_skip_locked_sql(core, queues.len(), &ttl, ttl_args.len(), max == 1);
     let mut args = Vec::with_capacity(queues.len() + ttl_args.len() + 3);
     args.push(now.map_or(Value::Null(Kind::Int), Value::from));
     args.push(Value::Text(id::new_ulid()));
     args.extend(ttl_args);
     args.extend(queue_args(queues));
-    args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));
+    if max != 1 {
+        args.push(Value::Int(i64::try_from(max).unwrap_or(i64::MAX)));
+    }
     (sql, args)
 }
 
