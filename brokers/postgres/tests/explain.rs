@@ -2,7 +2,9 @@
 //! must use an index whose leading columns exclude finished rows — also with many finished rows
 //! present, and both as custom plans (first executions) and as the generic plans PostgreSQL
 //! switches prepared statements to. The statements are the ones the engine really ran,
-//! recorded by the adapter, planned with the arguments they really had.
+//! recorded by the adapter, planned with the arguments they really had. And a batch-1 worker's
+//! two statements, the one-task claim and the one-item ack, must let the server keep their
+//! generic plans instead of planning every run afresh.
 
 mod common;
 
