@@ -114,18 +114,29 @@ async fn workload(b: &taskgate_postgres::PgBroker, clock: &ManualClock) -> taskg
     Ok(())
 }
 
+/// A handle on `s` that records its statements, `s` seeded with finished rows, and the
+/// statements [`workload`] ran through that handle; plus an admin connection to plan them.
+async fn recorded_workload(
+    s: &taskgate_postgres::testing::PgStorage,
+) -> Result<
+    (taskgate_postgres::PgBroker, PgConnection, Vec<(String, Vec<Value>)>),
+    taskgate::BoxError,
+> {
+    let clock = ManualClock::at_contract_epoch();
+    let log = taskgate_sql::StatementLog::new();
+    let b = common::handle(s, &clock, |o| o.record_statements(log.clone())).await?;
+    let mut conn = s.admin().await?;
+    seed_finished(&mut conn, s.prefix()).await?;
+    log.take();
+    workload(&b, &clock).await?;
+    Ok((b, conn, log.take()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_statements_use_indexes_that_skip_finished_rows() -> Result<(), taskgate::BoxError> {
     within(TEST_LIMIT, "hot_statements_use_indexes_that_skip_finished_rows", async move {
         let Some(s) = common::storage("explain hot statements").await else { return Ok(()) };
-        let clock = ManualClock::at_contract_epoch();
-        let log = taskgate_sql::StatementLog::new();
-        let b = common::handle(&s, &clock, |o| o.record_statements(log.clone())).await?;
-        let mut conn = s.admin().await?;
-        seed_finished(&mut conn, s.prefix()).await?;
-        log.take();
-        workload(&b, &clock).await?;
-        let statements = log.take();
+        let (b, mut conn, statements) = recorded_workload(&s).await?;
         let tasks = format!("{}tasks", s.prefix());
         for (name, marker, allowed) in CLASSES {
             let seen: Vec<&(String, Vec<Value>)> =
@@ -204,14 +215,7 @@ async fn plan_choices(
 async fn one_task_claims_and_acks_keep_their_generic_plans() -> Result<(), taskgate::BoxError> {
     within(TEST_LIMIT, "one_task_claims_and_acks_keep_their_generic_plans", async move {
         let Some(s) = common::storage("generic plans").await else { return Ok(()) };
-        let clock = ManualClock::at_contract_epoch();
-        let log = taskgate_sql::StatementLog::new();
-        let b = common::handle(&s, &clock, |o| o.record_statements(log.clone())).await?;
-        let mut conn = s.admin().await?;
-        seed_finished(&mut conn, s.prefix()).await?;
-        log.take();
-        workload(&b, &clock).await?;
-        let statements = log.take();
+        let (b, mut conn, statements) = recorded_workload(&s).await?;
         let kinds = [
             ("one-task claim", "ORDER BY priority, run_at, id LIMIT 1 "),
             ("one-item ack", "/* taskgate: one-statement ack */"),
