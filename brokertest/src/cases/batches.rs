@@ -283,12 +283,27 @@ pub async fn c29_dequeue_cancel_safety(factory: &dyn Factory) -> CaseResult {
 
 /// After the race: held tasks run under their holder's token; the others are pending,
 /// untouched and claimable.
+///
+/// [`settle`] is a snapshot, not quiescence: a dropped caller's claim that a backend finishes
+/// on a spawned task can take a task after `settle`'s pass and hand it back a moment later. So
+/// the tasks are read again, up to [`SAFETY_TIMEOUT`], until one read sees no unreceived task
+/// running; every assertion below then applies to that read.
 async fn check_holders(h: &Harness, held: &BTreeMap<String, String>, seed: u64) -> CaseResult {
     let all_ids: Vec<String> = (0..ARRIVALS).map(|i| format!("a{i:03}")).collect();
-    settle(&*h.broker, &all_ids, held).await?;
+    let started = Instant::now();
+    let tasks = loop {
+        settle(&*h.broker, &all_ids, held).await?;
+        let mut tasks = Vec::with_capacity(all_ids.len());
+        for id in &all_ids {
+            tasks.push(h.get(id).await);
+        }
+        let stray = |t: &Task| t.status == Status::Running && !held.contains_key(&t.id);
+        if !tasks.iter().any(stray) || started.elapsed() >= SAFETY_TIMEOUT {
+            break tasks;
+        }
+    };
     let mut pending = BTreeSet::new();
-    for i in 0..ARRIVALS {
-        let t = h.get(&format!("a{i:03}")).await;
+    for t in tasks {
         let counters = (t.attempts, t.lease_lost, t.throttled);
         assert_eq!(
             counters,
