@@ -14,6 +14,10 @@
 //! - **Claims in flight**: feeder 0 waits for work (`dequeue_many`, woken by the broker's
 //!   wake-ups); the others claim without waiting (`try_dequeue_many`) only while the last claim
 //!   came back full (a backlog), so an idle queue runs one waiting claim, not several.
+//! - **Order**: the buffer keeps the claims' `(priority, run_at, id)` order — a landing claim
+//!   is merged into it, since two claims in flight can land in either order — and a worker
+//!   that stops frees its slot before the next claim is sized, so one worker facing a
+//!   backlog claims it in one statement, not two racing ones.
 //! - **Leases**: the keeper heartbeats every task held longer than a heartbeat period (TTL/3
 //!   on the runtime's clock); a held task found cancelled is finished as cancelled, one whose
 //!   lease was lost is dropped (the reaper owns it).
@@ -251,10 +255,32 @@ fn deliver(
         if full {
             st.pace.claimed(took);
         }
-        st.buffer.extend(tasks.into_iter().map(|task| Held { task, renewed }));
+        for task in tasks {
+            hold(&mut st.buffer, Held { task, renewed });
+        }
     }
     q.ahead.demand.notify_waiters();
     pump(inner, q, execs);
+}
+
+/// The order claims take tasks in, which the buffer keeps: `(priority, run_at, id)`.
+fn claim_order(task: &Task) -> (i16, Timestamp, &str) {
+    (task.priority, task.run_at, task.id.as_str())
+}
+
+/// Puts `held` into the buffer in claim order. Two claims in flight can land in either order
+/// (and the one that started later can hold the better tasks), so a landing claim is merged,
+/// not appended: a worker always starts the best task held. Claims of a backlog take later
+/// tasks than the ones held, so the common case is one comparison and a push at the back.
+fn hold(buffer: &mut VecDeque<Held>, held: Held) {
+    let key = claim_order(&held.task);
+    match buffer.back() {
+        Some(last) if claim_order(&last.task) > key => {
+            let at = buffer.partition_point(|h| claim_order(&h.task) <= key);
+            buffer.insert(at, held);
+        }
+        _ => buffer.push_back(held),
+    }
 }
 
 /// Starts held tasks while workers are free (none once shutdown began).
@@ -298,11 +324,12 @@ async fn worker(
                 false => st.buffer.pop_front(),
             }
         };
+        // A worker that stops sizes the next claim only once its slot is free (below): sized
+        // now, while it still counts as busy, the claim would leave its slot to a second claim
+        // in flight beside it, and two claims can land in either order.
+        let Some(held) = next else { break };
+        task = held.task;
         q.ahead.poke(&q);
-        match next {
-            Some(held) => task = held.task,
-            None => break,
-        }
     }
     drop(slot);
     q.ahead.demand.notify_waiters();
@@ -355,8 +382,8 @@ pub(crate) async fn keeper(inner: Arc<Inner>, q: Arc<QueueRt>, execs: TaskTracke
         }
         {
             let mut st = q.ahead.state();
-            for held in back.into_iter().rev() {
-                st.buffer.push_front(held);
+            for held in back {
+                hold(&mut st.buffer, held);
             }
         }
         pump(&inner, &q, &execs);
@@ -445,5 +472,33 @@ mod tests {
         assert!((99..=100).contains(&t), "50,000/s capacity × 2 ms: {t}");
         // Nothing finished since (the one worker blocks): the estimate stands.
         assert_eq!(pace.target(5, 100_000, 1, 512), t);
+    }
+
+    #[test]
+    fn landing_claims_merge_in_claim_order() {
+        let held = |id: &str, priority: i16, run_at: i64| Held {
+            task: Task {
+                id: id.into(),
+                priority,
+                run_at: Timestamp::from_millis(run_at),
+                ..Task::default()
+            },
+            renewed: Timestamp::ZERO,
+        };
+        let mut buffer = VecDeque::new();
+        // A later claim lands first with the worse task; the earlier one brings the better
+        // ones; a backlog claim appends; equal priority and time fall back to the id.
+        for h in [
+            held("late", 5, 10),
+            held("plain", 0, 20),
+            held("urgent", -5, 30),
+            held("next", 5, 40),
+            held("b", 0, 20),
+            held("a", 0, 20),
+        ] {
+            hold(&mut buffer, h);
+        }
+        let ids: Vec<&str> = buffer.iter().map(|h| h.task.id.as_str()).collect();
+        assert_eq!(ids, ["urgent", "a", "b", "plain", "late", "next"]);
     }
 }
