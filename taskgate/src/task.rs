@@ -206,6 +206,13 @@ impl Task {
         Task { task_type: task_type.into(), queue: queue.into(), ..Task::default() }
     }
 
+    /// The key claims take ready tasks in, smallest first (extensions §E17.2):
+    /// `(priority, run_at, id)`. Backends return a claim's tasks sorted by it, and the worker
+    /// runtime keeps the tasks it claimed ahead in it.
+    pub fn claim_order(&self) -> (i16, Timestamp, &str) {
+        (self.priority, self.run_at, self.id.as_str())
+    }
+
     /// Presets the execution ID (tests and embedders; the public submit path never does).
     pub fn with_id(mut self, id: impl Into<String>) -> Self {
         self.id = id.into();

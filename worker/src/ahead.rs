@@ -263,20 +263,15 @@ fn deliver(
     pump(inner, q, execs);
 }
 
-/// The order claims take tasks in, which the buffer keeps: `(priority, run_at, id)`.
-fn claim_order(task: &Task) -> (i16, Timestamp, &str) {
-    (task.priority, task.run_at, task.id.as_str())
-}
-
-/// Puts `held` into the buffer in claim order. Two claims in flight can land in either order
+/// Puts `held` into the buffer in claim order ([`Task::claim_order`]). Two claims in flight can land in either order
 /// (and the one that started later can hold the better tasks), so a landing claim is merged,
 /// not appended: a worker always starts the best task held. Claims of a backlog take later
 /// tasks than the ones held, so the common case is one comparison and a push at the back.
 fn hold(buffer: &mut VecDeque<Held>, held: Held) {
-    let key = claim_order(&held.task);
+    let key = held.task.claim_order();
     match buffer.back() {
-        Some(last) if claim_order(&last.task) > key => {
-            let at = buffer.partition_point(|h| claim_order(&h.task) <= key);
+        Some(last) if last.task.claim_order() > key => {
+            let at = buffer.partition_point(|h| h.task.claim_order() <= key);
             buffer.insert(at, held);
         }
         _ => buffer.push_back(held),

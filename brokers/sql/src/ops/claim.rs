@@ -201,7 +201,7 @@ pub(crate) async fn claim(
         ClaimShape::UpdateSkipLocked => update_skip_locked(tx, queues, max).await?,
         ClaimShape::SelectThenUpdate => select_then_update(tx, queues, max).await?,
     };
-    tasks.sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
+    tasks.sort_by(|a, b| a.claim_order().cmp(&b.claim_order()));
     for task in &tasks {
         tx.snapshot(task);
     }
@@ -335,7 +335,7 @@ pub(crate) async fn claim_autocommit(
         }
     };
     let mut tasks: Vec<Task> = decode_owned(rows)?.into_iter().map(|r| r.task).collect();
-    tasks.sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
+    tasks.sort_by(|a, b| a.claim_order().cmp(&b.claim_order()));
     if opts.notifier.is_active() {
         opts.notifier.publish(tasks.clone());
     }
