@@ -10,6 +10,9 @@
 //! Before a connection is taken from the pool the [`ConnectGate`] is asked: an unreachable
 //! server is reported at once with the driver's cause ("Connection refused", a failed name
 //! lookup), not after the pool's 30 s of retrying as "pool timed out".
+//!
+//! Pooled connections are held as [`Conn`]s: one whose caller left in the middle of a
+//! statement is closed, never handed back to the pool (see [`Conn`] for why).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlPool};
 use sqlx::pool::PoolConnection;
-use sqlx::{Connection, Transaction};
+use sqlx::Connection;
 use taskgate_sql::{
     Adapter, ConnectGate, DbResult, Kind, Row, Session, SqlConn, StatementLimit, Value, WriteTx,
 };
@@ -115,6 +118,113 @@ impl Runner {
         self.health.outcome(rows.as_ref().err());
         codec::decode_rows(&rows?, kinds)
     }
+
+    /// A transaction control statement (`BEGIN`, `COMMIT`, `ROLLBACK`), sent as text the way
+    /// sqlx's own transactions send it.
+    async fn command(&self, conn: &mut MySqlConnection, sql: &str) -> DbResult<()> {
+        let done = sqlx::Executor::execute(conn, sql).await;
+        self.health.outcome(done.as_ref().err());
+        done.map(|_| ())
+    }
+}
+
+/// A pooled connection that goes back to the pool only in a state its next user can rely on.
+///
+/// sqlx 0.8.6's MySQL connection is not cancel-safe: a statement whose future is dropped while
+/// it waits for or reads the server's answer leaves the stream mid-reply, and the ping the pool
+/// runs on every returned connection can then wait forever (launchbadge/sqlx#563, #4349) while
+/// holding a pool permit — the broker's `close`, which waits for every permit, never returned
+/// (the history check caught it: a caller's timeout dropped a claim mid-reply). So every
+/// statement marks the connection busy until its answer is read, and a connection dropped
+/// busy is closed (the server ends its session and rolls back what it held) and replaced,
+/// never returned. One dropped between statements of an open transaction is rolled back on a
+/// task of its own before it goes back.
+struct Conn {
+    /// The connection; `None` only once dropped.
+    conn: Option<PoolConnection<MySql>>,
+    runner: Runner,
+    /// A statement was sent and its answer not yet read, or the connection was found lost:
+    /// its state is unknown, so it is closed, not reused.
+    busy: bool,
+    /// `BEGIN` was sent and no `COMMIT` or `ROLLBACK` has ended the transaction.
+    in_tx: bool,
+}
+
+impl Conn {
+    fn new(conn: PoolConnection<MySql>, runner: Runner) -> Conn {
+        Conn { conn: Some(conn), runner, busy: false, in_tx: false }
+    }
+
+    /// The live connection (present until drop).
+    fn raw(&mut self) -> DbResult<&mut MySqlConnection> {
+        match self.conn.as_mut() {
+            Some(conn) => Ok(&mut **conn),
+            None => Err(sqlx::Error::Protocol("mysql connection already released".into())),
+        }
+    }
+
+    async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
+        let runner = self.runner.clone();
+        self.busy = true;
+        let done = runner.execute(self.raw()?, sql, args).await;
+        self.answered(&done);
+        done
+    }
+
+    async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        let runner = self.runner.clone();
+        self.busy = true;
+        let rows = runner.fetch(self.raw()?, sql, args, kinds).await;
+        self.answered(&rows);
+        rows
+    }
+
+    /// Notes a statement's answer: read in full, unless the connection was lost.
+    fn answered<T>(&mut self, answer: &DbResult<T>) {
+        self.busy = answer.as_ref().is_err_and(is_connection_lost);
+    }
+
+    /// Sends `sql` (`BEGIN`, `COMMIT` or `ROLLBACK`); `in_tx` is what holds once it succeeded.
+    async fn command(&mut self, sql: &str, in_tx: bool) -> DbResult<()> {
+        let runner = self.runner.clone();
+        self.busy = true;
+        let done = runner.command(self.raw()?, sql).await;
+        self.answered(&done);
+        if done.is_ok() {
+            self.in_tx = in_tx;
+        }
+        done
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else { return };
+        if self.busy {
+            // Mid-reply or lost: closing (with sqlx's 5 s bound) is the only safe end; a
+            // rollback could wait on a dead peer.
+            conn.close_on_drop();
+            return;
+        }
+        if !self.in_tx {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let mut conn = Conn::new(conn, self.runner.clone());
+                drop(runtime.spawn(async move {
+                    // Failed, the connection is closed instead of returned (and a task that
+                    // ends mid-statement leaves it busy, which closes it too).
+                    if conn.command("ROLLBACK", false).await.is_err() {
+                        if let Some(raw) = conn.conn.as_mut() {
+                            raw.close_on_drop();
+                        }
+                    }
+                }));
+            }
+            Err(_) => conn.close_on_drop(),
+        }
+    }
 }
 
 /// Opens one connection outside the pool and sets it up as the pool would: what the
@@ -157,33 +267,32 @@ impl MySqlAdapter {
     }
 }
 
-/// A write transaction on a pooled connection (dropped uncommitted, sqlx rolls it back).
+/// A write transaction on a pooled connection (dropped uncommitted, it is rolled back or,
+/// dropped mid-statement, closed: see [`Conn`]).
 struct MySqlTx {
-    tx: Transaction<'static, MySql>,
-    runner: Runner,
+    conn: Conn,
 }
 
 #[async_trait]
 impl SqlConn for MySqlTx {
     async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        self.runner.execute(&mut self.tx, sql, args).await
+        self.conn.execute(sql, args).await
     }
 
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        self.runner.fetch(&mut self.tx, sql, args, kinds).await
+        self.conn.fetch(sql, args, kinds).await
     }
 }
 
 #[async_trait]
 impl WriteTx for MySqlTx {
-    async fn commit(self: Box<Self>, _woke: bool) -> DbResult<()> {
+    async fn commit(mut self: Box<Self>, _woke: bool) -> DbResult<()> {
         // A connection lost here leaves the outcome unknown: the engine settles it.
-        let health = self.runner.health.clone();
-        self.tx.commit().await.inspect_err(|e| health.observe(e))
+        self.conn.command("COMMIT", false).await
     }
 
-    async fn rollback(self: Box<Self>) -> DbResult<()> {
-        self.tx.rollback().await
+    async fn rollback(mut self: Box<Self>) -> DbResult<()> {
+        self.conn.command("ROLLBACK", false).await
     }
 
     fn conn(&mut self) -> &mut dyn SqlConn {
@@ -259,15 +368,19 @@ impl Session for MySqlSession {
     }
 }
 
-/// `pool.begin()` on a task of its own, so it always runs to completion.
-///
-/// sqlx 0.8.6 sends `BEGIN` and counts the transaction only once the server has answered: a
-/// `begin` future dropped in between (a caller's timeout) would hand the pooled connection
-/// back inside a transaction nobody rolls back. Detached, the begin finishes, and if nobody
-/// wants the transaction any more its drop rolls it back.
-async fn begin_detached(pool: &MySqlPool) -> DbResult<Transaction<'static, MySql>> {
-    let pool = pool.clone();
-    match tokio::spawn(async move { pool.begin().await }).await {
+/// A pooled connection and its `BEGIN`, on a task of their own, so they always run to
+/// completion: a caller that leaves meanwhile (a timeout) costs no connection, and if nobody
+/// wants the transaction any more its drop rolls it back ([`Conn`]).
+async fn begin_detached(pool: &MySqlPool, runner: &Runner) -> DbResult<Conn> {
+    let (pool, runner) = (pool.clone(), runner.clone());
+    let begin = async move {
+        let mut conn = Conn::new(pool.acquire().await?, runner);
+        // Counted open before it is sent: a `BEGIN` whose answer is lost may have started one.
+        conn.in_tx = true;
+        conn.command("BEGIN", true).await?;
+        Ok(conn)
+    };
+    match tokio::spawn(begin).await {
         Ok(begun) => begun,
         Err(join) => Err(sqlx::Error::Protocol(format!("begin task ended: {join}"))),
     }
@@ -276,19 +389,20 @@ async fn begin_detached(pool: &MySqlPool) -> DbResult<Transaction<'static, MySql
 #[async_trait]
 impl Adapter for MySqlAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
-        let begun = self.gate().acquire(begin_detached(&self.pool), || self.probe.run()).await;
-        let tx = begun.inspect_err(|e| self.runner.health.observe(e))?;
-        Ok(Box::new(MySqlTx { tx, runner: self.runner.clone() }))
+        let begin = begin_detached(&self.pool, &self.runner);
+        let begun = self.gate().acquire(begin, || self.probe.run()).await;
+        let conn = begun.inspect_err(|e| self.runner.health.observe(e))?;
+        Ok(Box::new(MySqlTx { conn }))
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        let mut conn = self.acquire().await?;
-        match self.runner.fetch(&mut conn, sql, args, kinds).await {
+        let mut conn = Conn::new(self.acquire().await?, self.runner.clone());
+        match conn.fetch(sql, args, kinds).await {
             // A read is safe to repeat; after a lost connection the pool pings before use.
             Err(e) if is_connection_lost(&e) => {
                 drop(conn);
-                let mut conn = self.acquire().await?;
-                self.runner.fetch(&mut conn, sql, args, kinds).await
+                let mut conn = Conn::new(self.acquire().await?, self.runner.clone());
+                conn.fetch(sql, args, kinds).await
             }
             other => other,
         }

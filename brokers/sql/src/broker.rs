@@ -119,6 +119,7 @@ impl SqlBroker {
     }
 
     /// The backend's embedded migrations, in version order.
+    #[cfg(feature = "testing")]
     pub(crate) fn migrations(&self) -> &'static [Migration] {
         self.migrations
     }
