@@ -263,10 +263,11 @@ fn deliver(
     pump(inner, q, execs);
 }
 
-/// Puts `held` into the buffer in claim order ([`Task::claim_order`]). Two claims in flight can land in either order
-/// (and the one that started later can hold the better tasks), so a landing claim is merged,
-/// not appended: a worker always starts the best task held. Claims of a backlog take later
-/// tasks than the ones held, so the common case is one comparison and a push at the back.
+/// Puts `held` into the buffer in claim order ([`Task::claim_order`]). Two claims in flight
+/// can land in either order (and the one that started later can hold the better tasks), so a
+/// landing claim is merged, not appended: a worker always starts the best task held. Claims of
+/// a backlog take later tasks than the ones held, so the common case is one comparison and a
+/// push at the back.
 fn hold(buffer: &mut VecDeque<Held>, held: Held) {
     let key = held.task.claim_order();
     match buffer.back() {

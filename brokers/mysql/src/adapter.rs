@@ -155,26 +155,25 @@ impl Conn {
         Conn { conn: Some(conn), runner, busy: false, in_tx: false }
     }
 
-    /// The live connection (present until drop).
-    fn raw(&mut self) -> DbResult<&mut MySqlConnection> {
+    /// Marks a statement sent; returns the live connection (present until drop) and the runner.
+    fn send(&mut self) -> DbResult<(&mut MySqlConnection, &Runner)> {
+        self.busy = true;
         match self.conn.as_mut() {
-            Some(conn) => Ok(&mut **conn),
+            Some(conn) => Ok((&mut **conn, &self.runner)),
             None => Err(sqlx::Error::Protocol("mysql connection already released".into())),
         }
     }
 
     async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        let runner = self.runner.clone();
-        self.busy = true;
-        let done = runner.execute(self.raw()?, sql, args).await;
+        let (conn, runner) = self.send()?;
+        let done = runner.execute(conn, sql, args).await;
         self.answered(&done);
         done
     }
 
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        let runner = self.runner.clone();
-        self.busy = true;
-        let rows = runner.fetch(self.raw()?, sql, args, kinds).await;
+        let (conn, runner) = self.send()?;
+        let rows = runner.fetch(conn, sql, args, kinds).await;
         self.answered(&rows);
         rows
     }
@@ -186,9 +185,8 @@ impl Conn {
 
     /// Sends `sql` (`BEGIN`, `COMMIT` or `ROLLBACK`); `in_tx` is what holds once it succeeded.
     async fn command(&mut self, sql: &str, in_tx: bool) -> DbResult<()> {
-        let runner = self.runner.clone();
-        self.busy = true;
-        let done = runner.command(self.raw()?, sql).await;
+        let (conn, runner) = self.send()?;
+        let done = runner.command(conn, sql).await;
         self.answered(&done);
         if done.is_ok() {
             self.in_tx = in_tx;
