@@ -20,6 +20,12 @@ pub(crate) const SERIALIZATION_FAILURE: &str = "40001";
 /// it got the lock.
 const NOW_MS: &str = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)";
 
+/// The most claimed-but-uncommitted rows one broker handle keeps in flight
+/// ([`Dialect::claim_rows_in_flight`]): 8 claims of 100 at once, 80 of 10, 800 of one. Chosen
+/// by measurement on PostgreSQL 15 (report notes finding 26): at 64 claimers × batch 100 it
+/// drained 29,000–33,000 jobs/s against 15,000–19,000 unbounded, and 16 × 100 was no slower.
+pub(crate) const CLAIM_ROWS_IN_FLIGHT: usize = 800;
+
 /// The PostgreSQL dialect.
 ///
 /// `tag` identifies one broker handle in the payload of its wake-up notifications, so the
@@ -126,6 +132,13 @@ impl Dialect for PgDialect {
         "? || replace(CAST(gen_random_uuid() AS TEXT), '-', '')"
     }
 
+    fn claim_rows_in_flight(&self) -> Option<usize> {
+        // Each claim's SKIP LOCKED scan passes the index entries of every row the claims in
+        // flight hold: 64 claims of 100 at once drained half as fast as 4 (report notes
+        // finding 26). 8 claims of 100, 80 of 10; claims of one are never held back.
+        Some(CLAIM_ROWS_IN_FLIGHT)
+    }
+
     fn update_returning(&self) -> bool {
         true
     }
@@ -201,6 +214,14 @@ impl Dialect for PgDialect {
 mod tests {
     use super::*;
     use taskgate_sql::rewrite_placeholders;
+
+    #[test]
+    fn claimed_rows_in_flight_are_bounded_and_small_claims_are_not() {
+        assert_eq!(PgDialect::default().claim_rows_in_flight(), Some(CLAIM_ROWS_IN_FLIGHT));
+        // Batch 1 gains from many commits at once: no bound on the number of claims.
+        assert_eq!(PgDialect::default().claims_in_flight(), None);
+        const { assert!(CLAIM_ROWS_IN_FLIGHT >= 8 * 100) };
+    }
 
     #[test]
     fn placeholders_are_dollar_numbered_outside_literals() {

@@ -125,8 +125,8 @@ pub(crate) struct Core {
     pub(crate) inflight: Arc<tokio::sync::RwLock<()>>,
     /// Calls whose COMMIT's outcome could not be settled, kept until they are repeated.
     pub(crate) unresolved: crate::resolve::Unresolved,
-    /// The dialect's bound on claimed rows in flight ([`Dialect::claim_rows_in_flight`]),
-    /// with one permit per row.
+    /// The dialect's bounds on claims and claimed rows in flight
+    /// ([`Dialect::claims_in_flight`], [`Dialect::claim_rows_in_flight`]).
     pub(crate) claim_gate: Option<ClaimGate>,
     /// The server's statement limit as read at the last `init` (`None`: unbounded).
     statement_limit: RwLock<Option<crate::StatementLimit>>,
@@ -324,34 +324,74 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(5u64 << attempt.saturating_sub(1).min(6))
 }
 
-/// The bound on claimed rows in flight of one broker handle
-/// ([`Dialect::claim_rows_in_flight`]): a fair (first come, first served) semaphore with one
-/// permit per row.
+/// The bounds on claims in flight of one broker handle ([`Dialect::claim_rows_in_flight`],
+/// [`Dialect::claims_in_flight`]): fair (first come, first served) semaphores, one permit per
+/// claim and one per row. A claim takes its claim permit first, then its rows, so the two
+/// never wait for each other in opposite orders.
 pub(crate) struct ClaimGate {
-    rows: Arc<tokio::sync::Semaphore>,
-    bound: u32,
+    claims: Option<Arc<tokio::sync::Semaphore>>,
+    rows: Option<(Arc<tokio::sync::Semaphore>, u32)>,
+}
+
+/// Room for one claim under the [`ClaimGate`], held until dropped.
+#[derive(Debug)]
+pub(crate) struct ClaimSlot {
+    _claim: Option<tokio::sync::OwnedSemaphorePermit>,
+    _rows: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl ClaimSlot {
+    /// The rows this claim holds room for (`None` without a row bound).
+    #[cfg(test)]
+    fn rows(&self) -> Option<usize> {
+        self._rows.as_ref().map(tokio::sync::OwnedSemaphorePermit::num_permits)
+    }
+
+    /// True when it holds one of the bounded claims.
+    #[cfg(test)]
+    fn counted(&self) -> bool {
+        self._claim.is_some()
+    }
 }
 
 impl ClaimGate {
     /// The gate `dialect` asks for, if any.
     fn of(dialect: &dyn Dialect) -> Option<ClaimGate> {
-        dialect.claim_rows_in_flight().map(ClaimGate::with_bound)
+        let gate =
+            ClaimGate::with_bounds(dialect.claim_rows_in_flight(), dialect.claims_in_flight());
+        (gate.claims.is_some() || gate.rows.is_some()).then_some(gate)
     }
 
-    /// A gate of `bound` rows (at least one).
-    fn with_bound(bound: usize) -> ClaimGate {
-        let bound =
-            u32::try_from(bound.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
-        let permits = usize::try_from(bound).unwrap_or(1);
-        ClaimGate { rows: Arc::new(tokio::sync::Semaphore::new(permits)), bound }
+    /// A gate of at most `rows` rows and `claims` claims in flight (each at least one).
+    fn with_bounds(rows: Option<usize>, claims: Option<usize>) -> ClaimGate {
+        let max = tokio::sync::Semaphore::MAX_PERMITS;
+        let semaphore = |n: usize| Arc::new(tokio::sync::Semaphore::new(n.clamp(1, max)));
+        ClaimGate {
+            claims: claims.map(semaphore),
+            rows: rows.map(|n| {
+                let bound = u32::try_from(n.clamp(1, max)).unwrap_or(u32::MAX);
+                (semaphore(n), bound)
+            }),
+        }
     }
 
-    /// Waits until a claim for `max` tasks may go ahead: `min(max, bound)` permits (at least
-    /// one), held until the returned permit is dropped, so a claim larger than the bound runs
-    /// alone rather than never. `None` only if the semaphore were closed, which it never is.
-    pub(crate) async fn enter(&self, max: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let rows = u32::try_from(max).unwrap_or(u32::MAX).clamp(1, self.bound);
-        self.rows.clone().acquire_many_owned(rows).await.ok()
+    /// Waits until a claim for `max` tasks may go ahead: one claim permit, then `min(max,
+    /// bound)` row permits (at least one), held until the returned slot is dropped, so a claim
+    /// larger than the row bound runs alone rather than never. `None` only if a semaphore
+    /// were closed, which they never are.
+    pub(crate) async fn enter(&self, max: usize) -> Option<ClaimSlot> {
+        let claim = match &self.claims {
+            Some(claims) => Some(claims.clone().acquire_owned().await.ok()?),
+            None => None,
+        };
+        let rows = match &self.rows {
+            Some((rows, bound)) => {
+                let n = u32::try_from(max).unwrap_or(u32::MAX).clamp(1, *bound);
+                Some(rows.clone().acquire_many_owned(n).await.ok()?)
+            }
+            None => None,
+        };
+        Some(ClaimSlot { _claim: claim, _rows: rows })
     }
 }
 
@@ -730,7 +770,7 @@ mod tests {
     #[tokio::test]
     async fn the_claim_gate_bounds_rows_in_flight_and_lets_a_larger_claim_run_alone() {
         assert!(ClaimGate::of(&DollarDialect).is_none());
-        let gate = ClaimGate::with_bound(250);
+        let gate = ClaimGate::with_bounds(Some(250), None);
         let a = gate.enter(100).await.expect("room for the first claim");
         let b = gate.enter(100).await.expect("room for the second claim");
         // 50 rows left: a third claim of 100 waits until one of the first two ends.
@@ -741,14 +781,37 @@ mod tests {
         drop((b, c));
         // A claim larger than the bound takes the whole bound, never more.
         let big = gate.enter(10_000).await.expect("a claim above the bound runs alone");
-        assert_eq!(big.num_permits(), 250);
+        assert_eq!((big.rows(), big.counted()), (Some(250), false));
         // Claims of one are bounded at one row each.
         drop(big);
         let ones: Vec<_> = hold_ones(&gate, 250).await;
         assert_eq!(ones.len(), 250);
     }
 
-    async fn hold_ones(gate: &ClaimGate, n: usize) -> Vec<tokio::sync::OwnedSemaphorePermit> {
+    #[tokio::test]
+    async fn the_claim_gate_bounds_claims_in_flight_whatever_their_size() {
+        let gate = ClaimGate::with_bounds(Some(800), Some(4));
+        // Four claims of one: the claim bound, not the rows, keeps the fifth out.
+        let ones = hold_ones(&gate, 4).await;
+        assert!(ones.iter().all(|slot| slot.counted() && slot.rows() == Some(1)));
+        let fifth = tokio::time::timeout(Duration::from_millis(50), gate.enter(1)).await;
+        assert!(fifth.is_err(), "a fifth claim must wait for one of the four");
+        drop(ones);
+        // Rows still bound: two claims of 400 fill them, a third claim waits for rows while
+        // holding its claim permit, and enters once one of the two ends.
+        let (a, b) = (gate.enter(400).await.expect("a"), gate.enter(400).await.expect("b"));
+        let third = tokio::time::timeout(Duration::from_millis(50), gate.enter(1)).await;
+        assert!(third.is_err(), "no row left for a third claim");
+        drop(a);
+        let c = gate.enter(400).await.expect("room once a claim ended");
+        drop((b, c));
+        // Claims alone: no row permits taken.
+        let counted = ClaimGate::with_bounds(None, Some(2));
+        let slot = counted.enter(5_000).await.expect("a claim under the claim bound");
+        assert_eq!((slot.rows(), slot.counted()), (None, true));
+    }
+
+    async fn hold_ones(gate: &ClaimGate, n: usize) -> Vec<ClaimSlot> {
         let mut held = Vec::with_capacity(n);
         for _ in 0..n {
             held.push(gate.enter(1).await.expect("room for a claim of one"));

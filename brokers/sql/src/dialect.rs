@@ -151,11 +151,23 @@ pub trait Dialect: Send + Sync + fmt::Debug + 'static {
     /// are free, and gives them back when its transaction has ended.
     ///
     /// For databases whose `SKIP LOCKED` walks past every row other claims hold at the head
-    /// of the claim index (InnoDB): each claim's cost grows with the rows held by claims in
-    /// flight, and past a point claims slow each other down faster than they finish
-    /// (MySQL/MariaDB, report notes finding 10). Claimers beyond the bound wait in the
-    /// process, where waiting costs the database nothing.
+    /// of the claim index (InnoDB, and PostgreSQL past its uncommitted claims' index
+    /// entries): each claim's cost grows with the rows held by claims in flight, and past a
+    /// point claims slow each other down faster than they finish (report notes findings 10
+    /// and 26). Claimers beyond the bound wait in the process, where waiting costs the
+    /// database nothing.
     fn claim_rows_in_flight(&self) -> Option<usize> {
+        None
+    }
+
+    /// The most claims one broker handle keeps in flight at once, whatever their size, or
+    /// `None` for no bound (the default). A claim waits for this bound first, then for its
+    /// rows under [`Dialect::claim_rows_in_flight`], leaving when its caller does.
+    ///
+    /// For databases where claims in flight slow each other down even when small (InnoDB: at
+    /// 64 claimers × batch 10 the walk past the other claims' rows and their lock bookkeeping
+    /// cost more than the overlap gains; report notes finding 26).
+    fn claims_in_flight(&self) -> Option<usize> {
         None
     }
 

@@ -281,16 +281,17 @@ async fn update_skip_locked(
     Ok(decode_owned(rows)?.into_iter().map(|r| r.task).collect())
 }
 
-/// Waits for room under the dialect's bound on claimed rows in flight
-/// ([`Dialect::claim_rows_in_flight`](crate::Dialect::claim_rows_in_flight)) for a claim of
-/// `max` tasks; the permit is held until dropped. `Ok(None)` without a bound, and while a test
+/// Waits for room under the dialect's bounds on claims and claimed rows in flight
+/// ([`Dialect::claims_in_flight`](crate::Dialect::claims_in_flight),
+/// [`Dialect::claim_rows_in_flight`](crate::Dialect::claim_rows_in_flight)) for a claim of
+/// `max` tasks; the slot is held until dropped. `Ok(None)` without a bound, and while a test
 /// hook stops transactions before their commit (a claim held there must not keep others out).
 /// [`TxFail::Abandoned`] when `caller` leaves first.
 pub(crate) async fn claim_slot(
     core: &Core,
     max: usize,
     caller: &mut dyn Leaving,
-) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, TxFail> {
+) -> Result<Option<crate::core::ClaimSlot>, TxFail> {
     let Some(gate) = core.claim_gate.as_ref() else { return Ok(None) };
     if core.has_before_commit_hook() {
         return Ok(None);
