@@ -242,10 +242,9 @@ fn pgbench(out: &mut String, r: &Report) {
     }
     let _ = writeln!(
         out,
-        "## pgbench's raw ceiling (PostgreSQL)
-
-         | Queues | Claimers | Batch | Broker jobs/s | Raw jobs/s | pgbench jobs/s | Broker ÷ pgbench |
-         |---:|---:|---:|---:|---:|---:|---:|"
+        "## pgbench's raw ceiling (PostgreSQL)\n\n\
+         | Queues | Claimers | Batch | Broker jobs/s | Raw jobs/s | pgbench jobs/s | Broker ÷ pgbench \
+         |\n|---:|---:|---:|---:|---:|---:|---:|"
     );
     for p in &r.pgbench {
         let s = p.spec;
@@ -270,9 +269,12 @@ fn pgbench(out: &mut String, r: &Report) {
     }
     let _ = writeln!(
         out,
-        "
-The same claim+ack driven by `pgbench` (PostgreSQL's C client: no sqlx, no tokio),          `-M prepared`, one client per claimer, two seconds after a short warm-up, on fresh          storage: each transaction is one autocommit `UPDATE … WHERE id IN (SELECT … FOR UPDATE          SKIP LOCKED) RETURNING <every column>` and one autocommit completing `UPDATE` of the          rows it claimed. Broker and raw are the claim matrix's cells of the same run. † = the          backlog ran out (the rate is a floor).
-"
+        "\nThe same claim+ack driven by `pgbench` (PostgreSQL's C client: no sqlx, no tokio), \
+         `-M prepared`, one client per claimer, two seconds after a short warm-up, on fresh \
+         storage: each transaction is one autocommit `UPDATE … WHERE id IN (SELECT … FOR UPDATE \
+         SKIP LOCKED) RETURNING <every column>` and one autocommit completing `UPDATE` of the \
+         rows it claimed. Broker and raw are the claim matrix's cells of the same run. † = the \
+         backlog ran out (the rate is a floor).\n"
     );
 }
 
@@ -647,7 +649,8 @@ fn reproduce(out: &mut String) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::SoakCell;
+    use crate::drive::Spec;
+    use crate::report::{PgbenchCell, SoakCell};
     use crate::soak::{Sample, SoakSpec};
     use crate::stats::Percentiles;
     use std::time::Duration;
@@ -704,6 +707,24 @@ pub(crate) mod tests {
         let without = render(&Report::default(), "performance.svg");
         assert!(!without.contains("Sustained load"), "no soak ran, no soak section");
         assert!(!without.contains("| Soak:"), "no soak ran, no soak target");
+    }
+
+    #[test]
+    fn the_pgbench_section_is_a_table_and_one_paragraph() {
+        let spec = Spec { queues: 1, claimers: 16, batch: 1 };
+        let r = Report {
+            pgbench: vec![PgbenchCell { spec, rate: Ok((5_000.0, false)) }],
+            ..Report::default()
+        };
+        let mut out = String::new();
+        pgbench(&mut out, &r);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "## pgbench's raw ceiling (PostgreSQL)");
+        assert!(lines[2].starts_with("| Queues | Claimers |") && lines[2].ends_with(" |"));
+        assert_eq!(lines[3], "|---:|---:|---:|---:|---:|---:|---:|");
+        assert_eq!(lines[4], "| 1 | 16 | 1 | — | — | 5,000 | — |");
+        assert!(lines[6].starts_with("The same claim+ack driven by `pgbench`"));
+        assert!(!out.contains("  "), "no run of spaces from the source's indentation: {out}");
     }
 
     fn measured(rate: f64) -> Measured {
