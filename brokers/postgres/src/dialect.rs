@@ -23,7 +23,7 @@ const NOW_MS: &str = "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) A
 /// The most claimed-but-uncommitted rows one broker handle keeps in flight
 /// ([`Dialect::claim_rows_in_flight`]): 8 claims of 100 at once, 80 of 10, 800 of one. Chosen
 /// by measurement on PostgreSQL 15 (report notes finding 26): at 64 claimers × batch 100 it
-/// drained 29,000–33,000 jobs/s against 15,000–19,000 unbounded, and 16 × 100 was no slower.
+/// drained 25,000–37,000 jobs/s against 15,000–19,000 unbounded, and 16 × 100 was no slower.
 pub(crate) const CLAIM_ROWS_IN_FLIGHT: usize = 800;
 
 /// The PostgreSQL dialect.
