@@ -263,6 +263,11 @@ impl MySqlAdapter {
     async fn acquire(&self) -> DbResult<PoolConnection<MySql>> {
         self.gate().acquire(self.pool.acquire(), || self.probe.run()).await
     }
+
+    /// A pooled connection held as a [`Conn`].
+    async fn conn(&self) -> DbResult<Conn> {
+        Ok(Conn::new(self.acquire().await?, self.runner.clone()))
+    }
 }
 
 /// A write transaction on a pooled connection (dropped uncommitted, it is rolled back or,
@@ -394,13 +399,12 @@ impl Adapter for MySqlAdapter {
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        let mut conn = Conn::new(self.acquire().await?, self.runner.clone());
+        let mut conn = self.conn().await?;
         match conn.fetch(sql, args, kinds).await {
             // A read is safe to repeat; after a lost connection the pool pings before use.
             Err(e) if is_connection_lost(&e) => {
                 drop(conn);
-                let mut conn = Conn::new(self.acquire().await?, self.runner.clone());
-                conn.fetch(sql, args, kinds).await
+                self.conn().await?.fetch(sql, args, kinds).await
             }
             other => other,
         }
