@@ -226,6 +226,11 @@ pub enum Probe {
         /// Time until the next due task.
         next_due_in: Option<Duration>,
     },
+    /// Work was seen but the claim got none of it while other claims of the same handle
+    /// were in flight: they hold those rows and will take them (a claim that fails instead
+    /// must wake the waiters). The claimer waits as if idle, looking once more after
+    /// [`HELD_RELOOK`] at the latest, instead of re-looking within milliseconds.
+    Held,
 }
 
 /// What a waiting claimer claims: the queues it watches and how many tasks it takes at once
@@ -254,12 +259,19 @@ pub enum Look {
 /// claimers): after 1, 2, 4 … 128 ms of real time; then the claimer waits as usual.
 const CONTENDED_RELOOKS: u32 = 8;
 
+/// The latest a [`Probe::Held`] look is followed by another when no wake-up comes first:
+/// the last step of the contended re-looks. It bounds the wait for rows that the holding
+/// claims leave behind without a wake-up (a claim that fails in another process).
+pub const HELD_RELOOK: Duration = Duration::from_millis(1 << (CONTENDED_RELOOKS - 1));
+
 /// The waiting loop of `dequeue`: probe, and while nothing is ready wait for the first of an
 /// in-process wake (every wake, and the counted wakes of `interest`'s queues that pick this
 /// claimer), the next due time on `clock`, a real-time `poll` (other processes' writes),
 /// or the broker closing (then `Closed`); a look that saw ready work but claimed none of it
 /// (other claimers held the rows) is followed by another within a few milliseconds, backing
-/// off to the usual wait after about a quarter of a second. The probe should itself check
+/// off to the usual wait after about a quarter of a second, except where the probe knows the
+/// holders are claims of its own handle ([`Probe::Held`]): then the claimer waits for a
+/// wake-up, looking once more after [`HELD_RELOOK`] at the latest. The probe should itself check
 /// the lifecycle; it is told why it looks ([`Look`]), so a backend may claim at once after a
 /// wake-up instead of looking first.
 pub async fn wait_for_work<F, Fut>(
@@ -285,7 +297,7 @@ where
             [] => hub.listener(),
             queues => hub.listener_for(queues, interest.batch),
         };
-        let mut contended = false;
+        let (mut contended, mut held) = (false, false);
         let next_due_in = match probe(look).await {
             Ok(Probe::Claimed(tasks)) if !tasks.is_empty() => return Ok(tasks),
             // Work was seen but the claim got none of it: other claimers' transactions held
@@ -293,6 +305,12 @@ where
             // comes for rows that were ready all along, so look again soon.
             Ok(Probe::Claimed(_)) => {
                 contended = true;
+                None
+            }
+            // The holders are this handle's own claims in flight: they take the rows or
+            // wake the waiters, so a wake-up (or the one late re-look) is enough.
+            Ok(Probe::Held) => {
+                held = true;
                 None
             }
             Ok(Probe::Idle { next_due_in }) => next_due_in,
@@ -314,12 +332,13 @@ where
             }
             false => {
                 relooks = 0;
-                None
+                held.then_some(HELD_RELOOK)
             }
         };
         let polled = async {
             match (retry, poll) {
-                (Some(p), _) | (None, Some(p)) => tokio::time::sleep(p).await,
+                (Some(r), Some(p)) => tokio::time::sleep(r.min(p)).await,
+                (Some(p), None) | (None, Some(p)) => tokio::time::sleep(p).await,
                 (None, None) => futures::future::pending().await,
             }
         };
@@ -583,6 +602,59 @@ mod tests {
         assert_eq!(u8::from(x.is_finished()) + u8::from(y.is_finished()), 1);
         life.close();
         let _ = (x.await, y.await);
+    }
+
+    #[tokio::test]
+    async fn a_held_look_waits_for_a_wake_up_instead_of_re_looking_soon() {
+        let hub = WakeHub::new();
+        let life = Lifecycle::new();
+        let clock = ManualClock::at_contract_epoch();
+        let probes = AtomicUsize::new(0);
+        let queues = ["work".to_owned()];
+        let interest = Interest { queues: &queues, batch: 1 };
+        let waiting = wait_for_work(&hub, interest, &life, &clock, None, |_| {
+            let n = probes.fetch_add(1, Ordering::SeqCst);
+            async move {
+                match n {
+                    0 => Ok(Probe::Held), // rows held by this handle's own claims in flight
+                    _ => Ok(Probe::Claimed(vec![Task::new("t", "work")])),
+                }
+            }
+        });
+        tokio::pin!(waiting);
+        // A contended look would have looked again 6 times by now (1 + 2 + … + 32 ms).
+        let early = tokio::time::timeout(Duration::from_millis(80), waiting.as_mut()).await;
+        assert!(early.is_err(), "a held look waits");
+        assert_eq!(probes.load(Ordering::SeqCst), 1, "no look within 80 ms");
+        hub.wake_ready("work", 1);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        assert_eq!(got.ok().and_then(|r| r.ok()).map(|t| t.len()), Some(1));
+        assert_eq!(probes.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_held_look_with_no_wake_up_looks_once_more_after_the_held_relook() {
+        let hub = WakeHub::new();
+        let life = Lifecycle::new();
+        let clock = ManualClock::at_contract_epoch();
+        let probes = AtomicUsize::new(0);
+        let started = std::time::Instant::now();
+        let got = tokio::time::timeout(
+            Duration::from_secs(5),
+            wait_for_work(&hub, Interest::default(), &life, &clock, None, |_| {
+                let n = probes.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match n {
+                        0 => Ok(Probe::Held),
+                        _ => Ok(Probe::Claimed(vec![Task::new("t", "q")])),
+                    }
+                }
+            }),
+        )
+        .await;
+        assert_eq!(got.ok().and_then(|r| r.ok()).map(|t| t.len()), Some(1));
+        assert_eq!(probes.load(Ordering::SeqCst), 2);
+        assert!(started.elapsed() >= HELD_RELOOK, "the second look came after HELD_RELOOK");
     }
 
     #[tokio::test]

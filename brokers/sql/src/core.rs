@@ -120,6 +120,9 @@ pub(crate) struct Core {
     pub(crate) retries: AtomicU64,
     /// The last claim filled its batch: the next one skips the read-only probe.
     pub(crate) last_claim_full: std::sync::atomic::AtomicBool,
+    /// Claim calls of this handle under way (from asking to receiving their tasks): a claim
+    /// that found every ready row held while others were under way was held by them.
+    pub(crate) claims_running: std::sync::atomic::AtomicUsize,
     /// Claims in flight hold a read guard until their tasks are delivered or requeued;
     /// `close` takes the write side to wait for them.
     pub(crate) inflight: Arc<tokio::sync::RwLock<()>>,
@@ -153,6 +156,7 @@ impl Core {
             hub: WakeHub::new(),
             retries: AtomicU64::new(0),
             last_claim_full: std::sync::atomic::AtomicBool::new(false),
+            claims_running: std::sync::atomic::AtomicUsize::new(0),
             inflight: Arc::new(tokio::sync::RwLock::new(())),
             statement_limit: RwLock::new(None),
             unresolved: crate::resolve::Unresolved::default(),
