@@ -604,6 +604,19 @@ mod tests {
         let _ = (x.await, y.await);
     }
 
+    /// A probe that answers `early()` to its first `n` looks and claims one task after.
+    fn claims_after(
+        probes: &AtomicUsize,
+        n: usize,
+        early: fn() -> Probe,
+    ) -> impl FnMut(Look) -> futures::future::Ready<Result<Probe>> + Send + '_ {
+        move |_| {
+            let k = probes.fetch_add(1, Ordering::SeqCst);
+            let answer = if k < n { early() } else { Probe::Claimed(vec![Task::new("t", "q")]) };
+            futures::future::ready(Ok(answer))
+        }
+    }
+
     #[tokio::test]
     async fn a_held_look_waits_for_a_wake_up_instead_of_re_looking_soon() {
         let hub = WakeHub::new();
@@ -612,15 +625,9 @@ mod tests {
         let probes = AtomicUsize::new(0);
         let queues = ["work".to_owned()];
         let interest = Interest { queues: &queues, batch: 1 };
-        let waiting = wait_for_work(&hub, interest, &life, &clock, None, |_| {
-            let n = probes.fetch_add(1, Ordering::SeqCst);
-            async move {
-                match n {
-                    0 => Ok(Probe::Held), // rows held by this handle's own claims in flight
-                    _ => Ok(Probe::Claimed(vec![Task::new("t", "work")])),
-                }
-            }
-        });
+        // The first look: rows held by this handle's own claims in flight.
+        let probe = claims_after(&probes, 1, || Probe::Held);
+        let waiting = wait_for_work(&hub, interest, &life, &clock, None, probe);
         tokio::pin!(waiting);
         // A contended look would have looked again 6 times by now (1 + 2 + … + 32 ms).
         let early = tokio::time::timeout(Duration::from_millis(80), waiting.as_mut()).await;
@@ -632,53 +639,30 @@ mod tests {
         assert_eq!(probes.load(Ordering::SeqCst), 2);
     }
 
-    #[tokio::test]
-    async fn a_held_look_with_no_wake_up_looks_once_more_after_the_held_relook() {
-        let hub = WakeHub::new();
-        let life = Lifecycle::new();
+    /// Waits with no wake-up, no poll and a clock that never moves, so only re-looks can
+    /// find the task `claims_after(n, early)` hands out: the tasks got and the looks taken.
+    async fn relooks_alone(n: usize, early: fn() -> Probe) -> (Option<usize>, usize) {
+        let (hub, life) = (WakeHub::new(), Lifecycle::new());
         let clock = ManualClock::at_contract_epoch();
         let probes = AtomicUsize::new(0);
+        let interest = Interest::default();
+        let probe = claims_after(&probes, n, early);
+        let waiting = wait_for_work(&hub, interest, &life, &clock, None, probe);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        (got.ok().and_then(|r| r.ok()).map(|t| t.len()), probes.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_held_look_with_no_wake_up_looks_once_more_after_the_held_relook() {
         let started = std::time::Instant::now();
-        let got = tokio::time::timeout(
-            Duration::from_secs(5),
-            wait_for_work(&hub, Interest::default(), &life, &clock, None, |_| {
-                let n = probes.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    match n {
-                        0 => Ok(Probe::Held),
-                        _ => Ok(Probe::Claimed(vec![Task::new("t", "q")])),
-                    }
-                }
-            }),
-        )
-        .await;
-        assert_eq!(got.ok().and_then(|r| r.ok()).map(|t| t.len()), Some(1));
-        assert_eq!(probes.load(Ordering::SeqCst), 2);
+        assert_eq!(relooks_alone(1, || Probe::Held).await, (Some(1), 2));
         assert!(started.elapsed() >= HELD_RELOOK, "the second look came after HELD_RELOOK");
     }
 
     #[tokio::test]
     async fn a_look_that_saw_work_but_claimed_none_looks_again_soon() {
-        let hub = WakeHub::new();
-        let life = Lifecycle::new();
-        let clock = ManualClock::at_contract_epoch();
-        let probes = AtomicUsize::new(0);
-        // No wake, no poll, a clock that never moves: only the re-look can find the task.
-        let got = tokio::time::timeout(
-            Duration::from_secs(5),
-            wait_for_work(&hub, Interest::default(), &life, &clock, None, |_| {
-                let n = probes.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    match n {
-                        0..=2 => Ok(Probe::Claimed(Vec::new())), // rows held by other claimers
-                        _ => Ok(Probe::Claimed(vec![Task::new("t", "q")])),
-                    }
-                }
-            }),
-        )
-        .await;
-        assert_eq!(got.ok().and_then(|r| r.ok()).map(|t| t.len()), Some(1));
-        assert_eq!(probes.load(Ordering::SeqCst), 4);
+        // Three looks see work held by other claimers (claimed none of it).
+        assert_eq!(relooks_alone(3, || Probe::Claimed(Vec::new())).await, (Some(1), 4));
     }
 
     #[test]
