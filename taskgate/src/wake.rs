@@ -260,8 +260,9 @@ pub enum Look {
 const CONTENDED_RELOOKS: u32 = 8;
 
 /// The latest a [`Probe::Held`] look is followed by another when no wake-up comes first:
-/// the last step of the contended re-looks. It bounds the wait for rows that the holding
-/// claims leave behind without a wake-up (a claim that fails in another process).
+/// the last step of the contended re-looks. It bounds the wait for rows left ready with no
+/// wake-up: rows InnoDB locked while a claim examined them and did not take, or rows another
+/// process's claim held while this handle's claims were also under way.
 pub const HELD_RELOOK: Duration = Duration::from_millis(1 << (CONTENDED_RELOOKS - 1));
 
 /// The waiting loop of `dequeue`: probe, and while nothing is ready wait for the first of an
@@ -617,7 +618,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    // Paused time (here and in the re-look tests below): the runtime's clock jumps to the
+    // next timer when nothing else can run, so a slow machine cannot reorder the timers.
+    #[tokio::test(start_paused = true)]
     async fn a_held_look_waits_for_a_wake_up_instead_of_re_looking_soon() {
         let hub = WakeHub::new();
         let life = Lifecycle::new();
@@ -652,14 +655,14 @@ mod tests {
         (got.ok().and_then(|r| r.ok()).map(|t| t.len()), probes.load(Ordering::SeqCst))
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_held_look_with_no_wake_up_looks_once_more_after_the_held_relook() {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         assert_eq!(relooks_alone(1, || Probe::Held).await, (Some(1), 2));
         assert!(started.elapsed() >= HELD_RELOOK, "the second look came after HELD_RELOOK");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_look_that_saw_work_but_claimed_none_looks_again_soon() {
         // Three looks see work held by other claimers (claimed none of it).
         assert_eq!(relooks_alone(3, || Probe::Claimed(Vec::new())).await, (Some(1), 4));
