@@ -203,17 +203,17 @@ impl SqlBroker {
         Some(taskgate::ExistingTask { business_key: key.to_owned(), execution_id, status })
     }
 
-    /// One claim, counted in [`Core::claims_running`] while it is under way. A claim that
-    /// failed (its transaction rolled back) wakes every waiter: rows it held are ready again,
-    /// and waiters it held ([`Probe::Held`]) get no other wake-up for them.
+    /// One claim, counted per queue in [`Core::claims_running`] while it is under way. A
+    /// claim that failed (its transaction rolled back) wakes every waiter: rows it held are
+    /// ready again, and waiters it held ([`Probe::Held`]) get no other wake-up for them.
     async fn claim_detached(
         &self,
         opts: Arc<ResolvedOptions>,
         queues: Vec<String>,
         max: usize,
     ) -> Result<Vec<Task>> {
-        let running = Running::enter(&self.core.claims_running);
-        let result = self.claim_detached_run(opts, queues, max).await;
+        let running = self.core.claims_running.enter(&queues);
+        let result = self.claim_detached_run(opts, queues.clone(), max).await;
         drop(running);
         if result.as_ref().is_err_and(|e| !matches!(e, Error::Closed)) {
             self.core.hub.wake();
@@ -296,13 +296,14 @@ impl SqlBroker {
         // at once that finds nothing looks next, for the time of the next due task.
         //
         // A claim that gets nothing where the look saw ready work while other claims of this
-        // handle were under way was held off by them (SKIP LOCKED, or on SQLite claims that
-        // took the rows after the look's snapshot): the caller waits for a wake-up
-        // ([`Probe::Held`]) instead of looking again within milliseconds. With many claimers
-        // on a small backlog those re-looks were most of the claim traffic (finding 27).
+        // handle on the same queues were under way was held off by them (SKIP LOCKED, or on
+        // SQLite claims that took the rows after the look's snapshot): the caller waits for a
+        // wake-up ([`Probe::Held`]) instead of looking again within milliseconds. With many
+        // claimers on a small backlog those re-looks were most of the claim traffic (finding
+        // 27).
         let full = self.core.last_claim_full.load(Ordering::Relaxed);
         let mut look_first = !(full || (look == Look::Woken && claim::autocommits(&self.core)));
-        let others = || self.core.claims_running.load(Ordering::Acquire) > 0;
+        let others = || self.core.claims_running.any(&queues);
         let mut at_once_found_none = false;
         loop {
             if look_first {
@@ -334,22 +335,6 @@ impl SqlBroker {
     fn claim_args(queues: &dyn QueueList, max: usize) -> Result<Vec<String>> {
         validate::validate_claim(queues, max)?;
         Ok(queues.iter().map(str::to_owned).collect())
-    }
-}
-
-/// One claim counted as under way until dropped (a caller that gives up mid-claim included).
-struct Running<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Running<'a> {
-    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> Running<'a> {
-        count.fetch_add(1, Ordering::AcqRel);
-        Running(count)
-    }
-}
-
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -120,9 +120,10 @@ pub(crate) struct Core {
     pub(crate) retries: AtomicU64,
     /// The last claim filled its batch: the next one skips the read-only probe.
     pub(crate) last_claim_full: std::sync::atomic::AtomicBool,
-    /// Claim calls of this handle under way (from asking to receiving their tasks): a claim
-    /// that found every ready row held while others were under way was held by them.
-    pub(crate) claims_running: std::sync::atomic::AtomicUsize,
+    /// Claim calls of this handle under way (from asking to receiving their tasks), per
+    /// queue: a claim that found every ready row held while others on its queues were under
+    /// way was held by them.
+    pub(crate) claims_running: ClaimsUnderWay,
     /// Claims in flight hold a read guard until their tasks are delivered or requeued;
     /// `close` takes the write side to wait for them.
     pub(crate) inflight: Arc<tokio::sync::RwLock<()>>,
@@ -156,7 +157,7 @@ impl Core {
             hub: WakeHub::new(),
             retries: AtomicU64::new(0),
             last_claim_full: std::sync::atomic::AtomicBool::new(false),
-            claims_running: std::sync::atomic::AtomicUsize::new(0),
+            claims_running: ClaimsUnderWay::default(),
             inflight: Arc::new(tokio::sync::RwLock::new(())),
             statement_limit: RwLock::new(None),
             unresolved: crate::resolve::Unresolved::default(),
@@ -326,6 +327,51 @@ pub(crate) fn retry_allowed(class: RetryClass, attempt: u32) -> bool {
 /// infrastructure back-off never waits on the injected clock).
 pub(crate) fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(5u64 << attempt.saturating_sub(1).min(6))
+}
+
+/// The claims of one broker handle under way, counted per queue they claim from.
+#[derive(Debug, Default)]
+pub(crate) struct ClaimsUnderWay(std::sync::Mutex<HashMap<String, usize>>);
+
+/// One claim counted as under way until dropped (a caller that gives up mid-claim included).
+pub(crate) struct UnderWay<'a> {
+    claims: &'a ClaimsUnderWay,
+    queues: &'a [String],
+}
+
+impl ClaimsUnderWay {
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a claim from `queues` as under way until the guard is dropped.
+    pub(crate) fn enter<'a>(&'a self, queues: &'a [String]) -> UnderWay<'a> {
+        let mut counts = self.counts();
+        for queue in queues {
+            *counts.entry(queue.clone()).or_default() += 1;
+        }
+        UnderWay { claims: self, queues }
+    }
+
+    /// True when a claim from any of `queues` is under way.
+    pub(crate) fn any(&self, queues: &[String]) -> bool {
+        let counts = self.counts();
+        queues.iter().any(|q| counts.contains_key(q))
+    }
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        let mut counts = self.claims.counts();
+        for queue in self.queues {
+            if let Some(n) = counts.get_mut(queue) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(queue);
+                }
+            }
+        }
+    }
 }
 
 /// The bounds on claims in flight of one broker handle ([`Dialect::claim_rows_in_flight`],
@@ -813,6 +859,21 @@ mod tests {
         let counted = ClaimGate::with_bounds(None, Some(2));
         let slot = counted.enter(5_000).await.expect("a claim under the claim bound");
         assert_eq!((slot.rows(), slot.counted()), (None, true));
+    }
+
+    #[test]
+    fn claims_under_way_are_counted_per_queue_until_dropped() {
+        let claims = ClaimsUnderWay::default();
+        let (ab, b) = (["a".to_owned(), "b".to_owned()], ["b".to_owned()]);
+        let (c, a) = (["c".to_owned()], ["a".to_owned()]);
+        assert!(!claims.any(&ab));
+        let first = claims.enter(&ab);
+        let second = claims.enter(&b);
+        assert!(claims.any(&a) && claims.any(&b) && !claims.any(&c));
+        drop(first);
+        assert!(!claims.any(&a) && claims.any(&b), "b is still claimed by the second");
+        drop(second);
+        assert!(!claims.any(&ab));
     }
 
     async fn hold_ones(gate: &ClaimGate, n: usize) -> Vec<ClaimSlot> {
