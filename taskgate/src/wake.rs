@@ -337,10 +337,9 @@ where
             }
         };
         let polled = async {
-            match (retry, poll) {
-                (Some(r), Some(p)) => tokio::time::sleep(r.min(p)).await,
-                (Some(p), None) | (None, Some(p)) => tokio::time::sleep(p).await,
-                (None, None) => futures::future::pending().await,
+            match [retry, poll].into_iter().flatten().min() {
+                Some(p) => tokio::time::sleep(p).await,
+                None => futures::future::pending().await,
             }
         };
         let mut listener = listener;

@@ -203,27 +203,9 @@ impl SqlBroker {
         Some(taskgate::ExistingTask { business_key: key.to_owned(), execution_id, status })
     }
 
-    /// One claim, counted per queue in [`Core::claims_running`] while it is under way. A
-    /// claim that failed (its transaction rolled back) wakes every waiter: rows it held are
-    /// ready again, and waiters it held ([`Probe::Held`]) get no other wake-up for them.
-    async fn claim_detached(
-        &self,
-        opts: Arc<ResolvedOptions>,
-        queues: Vec<String>,
-        max: usize,
-    ) -> Result<Vec<Task>> {
-        let running = self.core.claims_running.enter(&queues);
-        let result = self.claim_detached_run(opts, queues.clone(), max).await;
-        drop(running);
-        if result.as_ref().is_err_and(|e| !matches!(e, Error::Closed)) {
-            self.core.hub.wake();
-        }
-        result
-    }
-
     /// One claim transaction on a spawned task, delivered through a guard that puts the
     /// tasks back to `pending` if nobody receives them (extensions §E0).
-    async fn claim_detached_run(
+    async fn claim_detached(
         &self,
         opts: Arc<ResolvedOptions>,
         queues: Vec<String>,
@@ -300,7 +282,7 @@ impl SqlBroker {
         // SQLite claims that took the rows after the look's snapshot): the caller waits for a
         // wake-up ([`Probe::Held`]) instead of looking again within milliseconds. With many
         // claimers on a small backlog those re-looks were most of the claim traffic (finding
-        // 27).
+        // 28).
         let full = self.core.last_claim_full.load(Ordering::Relaxed);
         let mut look_first = !(full || (look == Look::Woken && claim::autocommits(&self.core)));
         let others = || self.core.claims_running.any(&queues);
@@ -313,13 +295,22 @@ impl SqlBroker {
                     return Ok(Probe::Idle { next_due_in });
                 }
                 // The claim at once found nothing, yet the look sees ready rows: with other
-                // claims of this handle under way, those hold them (or the rows are new, and
-                // their wake-up reaches the waiter this call is about to be).
+                // claims of this handle on these queues under way, those hold them (or the rows
+                // are new, and their wake-up reaches the waiter this call is about to be).
                 if at_once_found_none && others() {
                     return Ok(Probe::Held);
                 }
             }
-            let claimed = self.claim_detached(opts.clone(), queues.clone(), max).await?;
+            // Counted per queue while under way ([`Core::claims_running`]). A claim that
+            // failed (its transaction rolled back) wakes every waiter: rows it held are ready
+            // again, and the waiters it held ([`Probe::Held`]) get no other wake-up for them.
+            let running = self.core.claims_running.enter(&queues);
+            let claimed = self.claim_detached(opts.clone(), queues.clone(), max).await;
+            drop(running);
+            if claimed.as_ref().is_err_and(|e| !matches!(e, Error::Closed)) {
+                self.core.hub.wake();
+            }
+            let claimed = claimed?;
             self.core.last_claim_full.store(claimed.len() == max, Ordering::Relaxed);
             if !claimed.is_empty() {
                 return Ok(Probe::Claimed(claimed));
