@@ -216,7 +216,11 @@ impl Drop for WakeListener {
 }
 
 /// One look for ready work by a waiting claimer.
+///
+/// Non-exhaustive: a later answer (as [`Probe::Held`] was) is not a breaking change for a
+/// backend that matches on it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Probe {
     /// Tasks were claimed (never empty).
     Claimed(Vec<Task>),

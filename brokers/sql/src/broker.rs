@@ -463,7 +463,8 @@ impl Broker for SqlBroker {
         let queues = Self::claim_args(queues, max)?;
         match self.probe_and_claim(opts, queues, max, Look::First).await? {
             Probe::Claimed(tasks) => Ok(tasks),
-            Probe::Idle { .. } | Probe::Held => Ok(Vec::new()),
+            // Idle, held, or an answer added later: nothing was claimed.
+            _ => Ok(Vec::new()),
         }
     }
 
