@@ -1,6 +1,11 @@
-//! [`PgAdapter`]: the engine's [`Adapter`] on a sqlx `PgPool` — READ COMMITTED write
-//! transactions, pooled reads, a dedicated migration session, recovery from connections the
-//! server dropped, and the wake-up notification sent after commit.
+//! [`PgAdapter`]: the engine's [`Adapter`] on a sqlx `PgPool` and [`Lanes`] — READ COMMITTED
+//! write transactions on pooled connections, the single statements (one-statement writes and
+//! reads) on lanes, a dedicated migration session, recovery from connections the server
+//! dropped, and the wake-up notification sent after commit.
+//!
+//! Why lanes: sqlx 0.8.6's pool pings every connection it takes back, one round trip more
+//! per statement; at batch 1 a claim and its ack are one statement each (taskgate_sql's
+//! `lanes` module, benches/report-notes.md finding 29).
 //!
 //! Before a connection is taken from the pool the [`ConnectGate`] is asked: an unreachable
 //! server is reported at once with the driver's cause ("Connection refused", a failed name
@@ -26,7 +31,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
 use taskgate_sql::{
-    Adapter, ConnectGate, DbError, DbResult, Kind, Row, Session, SqlConn, Value, WriteTx,
+    Adapter, ConnectGate, DbError, DbResult, Kind, Lanes, Row, Session, SqlConn, Value, WriteTx,
 };
 
 use crate::conn::{execute, fetch, PgSession};
@@ -34,10 +39,15 @@ use crate::notifier::Notifier;
 
 use crate::dialect::is_connection_lost;
 
-/// The PostgreSQL adapter: one pool for transactions and reads.
+/// The PostgreSQL adapter: sqlx's pool for transactions, [`Lanes`] for single statements.
 #[derive(Debug)]
 pub(crate) struct PgAdapter {
     pub(crate) pool: PgPool,
+    /// Connections for the one-statement writes and the reads, kept without the pool's ping
+    /// on every release (one round trip per statement; taskgate_sql's `lanes` module).
+    pub(crate) lanes: Lanes<PgConnection>,
+    /// The lanes' connect options (the pool's).
+    pub(crate) lane_connect: PgConnectOptions,
     /// The listener's own one-connection pool; closing it ends the listener task.
     pub(crate) listen_pool: PgPool,
     pub(crate) connect: PgConnectOptions,
@@ -56,6 +66,25 @@ impl PgAdapter {
     /// The gate's probe: one connection outside the pool, closed at once.
     async fn probe(&self) -> DbResult<()> {
         PgConnection::connect_with(&self.probe).await?.close().await
+    }
+
+    /// Runs one statement on a lane: an idle lane's connection, or a new one. The lane is put
+    /// back when the server answered, with rows or with an error of its own; a connection that
+    /// failed (or a call dropped mid-statement) is closed instead.
+    async fn on_lane(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+        let open = PgConnection::connect_with(&self.lane_connect);
+        let mut lane = self.gate.acquire(self.lanes.take(open), || self.probe()).await?;
+        let rows = fetch(lane.conn(), sql, args, kinds, true).await;
+        match &rows {
+            Ok(_) => {
+                self.gate.contact();
+                lane.keep();
+            }
+            Err(e) if is_connection_lost(e) => self.gate.lost(),
+            Err(e) if answered(e) => lane.keep(),
+            Err(_) => {}
+        }
+        rows
     }
 
     /// Opens a transaction, replacing pooled connections the server has dropped: `BEGIN` is
@@ -100,29 +129,15 @@ impl Adapter for PgAdapter {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut conn = self.gate.acquire(self.pool.acquire(), || self.probe()).await?;
-            match fetch(&mut conn, sql, args, kinds, true).await {
-                Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {
-                    self.gate.lost();
-                }
-                Ok(rows) => {
-                    self.gate.contact();
-                    return Ok(rows);
-                }
+            match self.on_lane(sql, args, kinds).await {
+                Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {}
                 other => return other,
             }
         }
     }
 
     async fn write_one(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        let mut conn = self.gate.acquire(self.pool.acquire(), || self.probe()).await?;
-        let rows = fetch(&mut conn, sql, args, kinds, true).await;
-        match &rows {
-            Ok(_) => self.gate.contact(),
-            Err(e) if is_connection_lost(e) => self.gate.lost(),
-            Err(_) => {}
-        }
-        rows
+        self.on_lane(sql, args, kinds).await
     }
 
     fn inline_notify(&self) -> Option<String> {
@@ -140,8 +155,24 @@ impl Adapter for PgAdapter {
 
     async fn close(&self) {
         self.listen_pool.close().await;
+        self.lanes.close().await;
         self.pool.close().await;
     }
+}
+
+/// True when the server answered the statement (an error of its own, or rows that did not
+/// decode): the connection is in step and can run the next one.
+fn answered(e: &DbError) -> bool {
+    matches!(
+        e,
+        DbError::Database(_)
+            | DbError::RowNotFound
+            | DbError::ColumnNotFound(_)
+            | DbError::ColumnIndexOutOfBounds { .. }
+            | DbError::ColumnDecode { .. }
+            | DbError::Decode(_)
+            | DbError::TypeNotFound { .. }
+    )
 }
 
 /// One write transaction.

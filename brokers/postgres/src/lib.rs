@@ -140,6 +140,11 @@ impl PgBroker {
         let channel = wake_channel(&options.prefix);
         let adapter = PgAdapter {
             pool: pool.clone(),
+            lanes: taskgate_sql::Lanes::new(
+                usize::try_from(options.pool_size).unwrap_or(usize::MAX),
+                options.acquire_timeout,
+            ),
+            lane_connect: connect.clone(),
             listen_pool: listen_pool.clone(),
             connect: connect.clone().application_name(&format!("{app}:migrate")),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),

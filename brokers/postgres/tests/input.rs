@@ -7,6 +7,7 @@ mod common;
 use brokertest::{within, TEST_LIMIT};
 use taskgate::{Broker, Error, ErrorKind, ManualClock, Task};
 use taskgate_postgres::{PgBroker, PgOptions};
+use taskgate_sql::cutproxy;
 
 /// A URL nothing listens on: any I/O would fail with a backend error, not `InvalidInput`.
 const DEAD: &str = "postgres://postgres@127.0.0.1:1/test";
@@ -86,11 +87,21 @@ async fn invalid_tasks_fail_before_any_statement() -> Result<(), taskgate::BoxEr
     within(TEST_LIMIT, "invalid_tasks_fail_before_any_statement", async move {
         let Some(s) = common::storage("bad input").await else { return Ok(()) };
         let clock = ManualClock::at_contract_epoch();
-        let b = common::handle(&s, &clock, |o| o).await?;
-        // From now on every statement fails: only checks made before any I/O can answer.
-        b.pool().close().await;
+        // The handle reaches the server through a proxy that is then shut: from now on every
+        // statement fails (pooled, on a lane or on a new connection), so only checks made
+        // before any I/O can answer.
+        let (proxy, _) = cutproxy::start_for_url(s.url()).await?;
+        let at = proxy.addr();
+        // A short acquire timeout: `close` waits for a transaction's connect attempts
+        // (begun on a task of their own) to give up.
+        let b = common::handle(&s, &clock, |o| {
+            o.tune_connect(|c| c.host(&at.ip().to_string()).port(at.port()))
+                .acquire_timeout(std::time::Duration::from_secs(2))
+        })
+        .await?;
+        proxy.refuse().await;
         let valid = b.enqueue(&Task::new("job", "q")).await.err();
-        assert!(valid.is_some_and(|e| e.is(ErrorKind::Backend)), "the pool is closed");
+        assert!(valid.is_some_and(|e| e.is(ErrorKind::Backend)), "the server is unreachable");
         let cases: Vec<(Task, &str)> = vec![
             (Task::new("", "q"), "type"),
             (Task::new("job", "q").with_id("i".repeat(256)), "id"),

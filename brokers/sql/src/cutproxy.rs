@@ -11,8 +11,8 @@
 //! autocommit statement sends no `COMMIT`): it follows the client's messages, remembers the
 //! prepared statements whose `Parse` carries one of their marker comments, and treats the
 //! `Bind` of one as that statement's commit (the server runs it and commits at the `Sync`
-//! after it, before it answers). The connection must not be encrypted (`sslmode=disable`, `ssl-mode=disabled`),
-//! and a `COMMIT` split across two reads is not seen (sqlx writes it in one piece; a test
+//! after it, before it answers). The connection must not be encrypted (`sslmode=disable`,
+//! `ssl-mode=disabled`), and a `COMMIT` split across two reads is not seen (sqlx writes it in one piece; a test
 //! asserts [`CutProxy::cuts`] so a missed one fails it).
 //!
 //! The checks every server backend runs through it are here too, written once:
@@ -63,6 +63,8 @@ struct Shared {
     ack_cuts: AtomicUsize,
     /// Of the cuts, those at a one-statement enqueue.
     enqueue_cuts: AtomicUsize,
+    /// Connections accepted so far.
+    accepted: AtomicUsize,
     /// `true` closes every connection at once.
     kill: watch::Sender<bool>,
     /// `true` stops the accept loop; it drops the listener and then sets `closed`.
@@ -117,6 +119,7 @@ impl CutProxy {
             cuts: AtomicUsize::new(0),
             ack_cuts: AtomicUsize::new(0),
             enqueue_cuts: AtomicUsize::new(0),
+            accepted: AtomicUsize::new(0),
             kill: watch::channel(false).0,
             stop: watch::channel(false).0,
             closed: watch::channel(false).0,
@@ -149,6 +152,11 @@ impl CutProxy {
     /// How many of [`CutProxy::cuts`] were at PostgreSQL's one-statement enqueue.
     pub fn enqueue_cuts(&self) -> usize {
         self.shared.enqueue_cuts.load(Ordering::SeqCst)
+    }
+
+    /// How many connections the proxy has accepted (each one a connection the client opened).
+    pub fn accepted(&self) -> usize {
+        self.shared.accepted.load(Ordering::SeqCst)
     }
 
     /// Closes every open connection (the server sees each one close; open transactions roll
@@ -188,6 +196,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             _ = stop.wait_for(|s| *s) => break,
             accepted = listener.accept() => {
                 let Ok((client, _)) = accepted else { break };
+                shared.accepted.fetch_add(1, Ordering::SeqCst);
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(shared.upstream).await {

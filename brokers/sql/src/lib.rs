@@ -96,6 +96,7 @@ mod core;
 pub mod cutproxy;
 mod dialect;
 mod gate;
+mod lanes;
 mod migrate;
 mod ops;
 mod plans;
@@ -118,6 +119,7 @@ pub use dialect::{
     RetryClass, TimeSource, UniqueTarget,
 };
 pub use gate::{ConnectGate, SLOW_ACQUIRE};
+pub use lanes::{Lane, Lanes};
 pub use migrate::{migrate, split_statements, substitute, Migration};
 pub use plans::HotStatement;
 #[cfg(feature = "test-hooks")]
