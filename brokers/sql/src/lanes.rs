@@ -50,23 +50,25 @@ impl<C: Connection> Lanes<C> {
     }
 
     /// A lane: an idle connection (the one put back last), or a new one from `connect` when
-    /// none is idle. Waits up to the timeout while every lane is in use
-    /// ([`sqlx::Error::PoolTimedOut`]); [`sqlx::Error::PoolClosed`] after [`Lanes::close`].
+    /// none is idle. Waiting while every lane is in use and connecting take the timeout
+    /// together ([`sqlx::Error::PoolTimedOut`], as sqlx's pool); [`sqlx::Error::PoolClosed`]
+    /// after [`Lanes::close`].
     pub async fn take<F>(&self, connect: F) -> DbResult<Lane<'_, C>>
     where
         F: Future<Output = DbResult<C>>,
     {
-        let permit = match tokio::time::timeout(self.timeout, self.permits.acquire()).await {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_)) => return Err(DbError::PoolClosed),
-            Err(_) => return Err(DbError::PoolTimedOut),
+        let take = async {
+            let Ok(permit) = self.permits.acquire().await else {
+                return Err(DbError::PoolClosed);
+            };
+            let idle = self.idle_list().pop();
+            let conn = match idle {
+                Some(conn) => conn,
+                None => connect.await?,
+            };
+            Ok(Lane { lanes: self, conn: Some(conn), _permit: permit })
         };
-        let idle = self.idle_list().pop();
-        let conn = match idle {
-            Some(conn) => conn,
-            None => connect.await?,
-        };
-        Ok(Lane { lanes: self, conn: Some(conn), _permit: permit })
+        tokio::time::timeout(self.timeout, take).await.unwrap_or(Err(DbError::PoolTimedOut))
     }
 
     /// Refuses every later [`Lanes::take`] and closes the idle connections (lanes in use close
