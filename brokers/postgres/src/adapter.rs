@@ -1,6 +1,6 @@
-//! [`PgAdapter`]: the engine's [`Adapter`] on a sqlx `PgPool` and [`Lanes`] — READ COMMITTED
-//! write transactions on pooled connections, the single statements (one-statement writes and
-//! reads) on lanes, a dedicated migration session, recovery from connections the server
+//! [`PgAdapter`]: the engine's [`Adapter`] on a sqlx `PgPool` — READ COMMITTED write
+//! transactions, the single statements (one-statement writes and reads) on [`Lanes`] lent by
+//! the same pool, a dedicated migration session, recovery from connections the server
 //! dropped, and the wake-up notification sent after commit.
 //!
 //! Why lanes: sqlx 0.8.6's pool pings every connection it takes back, one round trip more
@@ -39,15 +39,13 @@ use crate::notifier::Notifier;
 
 use crate::dialect::is_connection_lost;
 
-/// The PostgreSQL adapter: sqlx's pool for transactions, [`Lanes`] for single statements.
+/// The PostgreSQL adapter: one pool, its connections lent to [`Lanes`] for single statements.
 #[derive(Debug)]
 pub(crate) struct PgAdapter {
     pub(crate) pool: PgPool,
-    /// Connections for the one-statement writes and the reads, kept without the pool's ping
-    /// on every release (one round trip per statement; taskgate_sql's `lanes` module).
-    pub(crate) lanes: Lanes<PgConnection>,
-    /// The lanes' connect options (the pool's).
-    pub(crate) lane_connect: PgConnectOptions,
+    /// The pool's connections lent to the one-statement writes and the reads, kept between
+    /// them without the pool's ping on every release (taskgate_sql's `lanes` module).
+    pub(crate) lanes: Lanes<Postgres>,
     /// The listener's own one-connection pool; closing it ends the listener task.
     pub(crate) listen_pool: PgPool,
     pub(crate) connect: PgConnectOptions,
@@ -72,8 +70,7 @@ impl PgAdapter {
     /// back when the server answered, with rows or with an error of its own; a connection that
     /// failed (or a call dropped mid-statement) is closed instead.
     async fn on_lane(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        let open = PgConnection::connect_with(&self.lane_connect);
-        let mut lane = self.gate.acquire(self.lanes.take(open), || self.probe()).await?;
+        let mut lane = self.gate.acquire(self.lanes.take(), || self.probe()).await?;
         let rows = fetch(lane.conn(), sql, args, kinds, true).await;
         match &rows {
             Ok(_) => {
@@ -94,6 +91,8 @@ impl PgAdapter {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            // Waiting for a pooled connection, it takes an idle lane's back.
+            let _wanting = self.lanes.wanting();
             match self.gate.acquire(begin_detached(&self.pool), || self.probe()).await {
                 Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {}
                 other => return other,
@@ -155,7 +154,7 @@ impl Adapter for PgAdapter {
 
     async fn close(&self) {
         self.listen_pool.close().await;
-        self.lanes.close().await;
+        self.lanes.close();
         self.pool.close().await;
     }
 }

@@ -140,11 +140,12 @@ impl PgBroker {
         let channel = wake_channel(&options.prefix);
         let adapter = PgAdapter {
             pool: pool.clone(),
+            // One connection is never lent, so transactions and a caller's own use of the
+            // pool always have one to wait for.
             lanes: taskgate_sql::Lanes::new(
-                usize::try_from(options.pool_size).unwrap_or(usize::MAX),
-                options.acquire_timeout,
+                pool.clone(),
+                usize::try_from(options.pool_size.saturating_sub(1)).unwrap_or(usize::MAX),
             ),
-            lane_connect: connect.clone(),
             listen_pool: listen_pool.clone(),
             connect: connect.clone().application_name(&format!("{app}:migrate")),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),

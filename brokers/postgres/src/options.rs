@@ -79,10 +79,9 @@ impl PgOptions {
         self
     }
 
-    /// Most pooled connections for transactions (at least 1), and as many again for single
-    /// statements (the one-statement claims, acks and enqueues, and the reads; they run on
-    /// connections kept outside the pool, see `taskgate_sql::Lanes`): a handle opens at most
-    /// twice this many, and a listener connection on top.
+    /// Most pooled connections (at least 1). A listener connection comes on top. Up to one less
+    /// than this many are lent to single statements (the one-statement claims, acks and
+    /// enqueues, and the reads), which keep them between statements (`taskgate_sql::Lanes`).
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
         self

@@ -1,25 +1,29 @@
-//! `taskgate_sql::Lanes` on the test server: a connection is reused only after a statement
-//! that ran to its end; one cut short (its call dropped) or failed is closed, never handed to
-//! the next statement; callers wait for a lane up to the timeout; `close` closes the idle
-//! connections and refuses later takers. And the broker's single statements run on lanes:
-//! a handle's claims, acks and reads reuse a few connections instead of opening new ones.
+//! `taskgate_sql::Lanes` on the test server: a connection is kept only after a statement that
+//! ran to its end; one cut short (its call dropped) is closed, never handed to the next
+//! statement; lanes hold no more connections than their size, all from the pool, and give them
+//! back to a transaction of the handle that waits for one; `close` refuses later takers. And
+//! the broker's single statements run on lanes: a handle's one-statement enqueues, claims,
+//! acks and reads open no connection once warm, and it opens no more than its pool's size.
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use brokertest::Storage as _;
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection, PgConnection};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Postgres};
 use taskgate::{BoxError, Broker, ManualClock, Task};
 use taskgate_sql::{cutproxy, Lanes};
 
-/// Opens a connection to `url`, counting the opens.
-async fn open(url: &str, opened: &AtomicUsize) -> sqlx::Result<PgConnection> {
-    opened.fetch_add(1, Ordering::SeqCst);
+const APP: &str = "taskgate-lanes-test";
+
+/// A pool of at most `max` connections on `url`, named [`APP`].
+fn pool(url: &str, max: u32, timeout: Duration) -> Result<PgPool, BoxError> {
     let options: PgConnectOptions = url.parse()?;
-    PgConnection::connect_with(&options.application_name("taskgate-lanes-test")).await
+    Ok(PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(timeout)
+        .connect_lazy_with(options.application_name(APP)))
 }
 
 async fn backend_pid(conn: &mut PgConnection) -> sqlx::Result<i32> {
@@ -29,78 +33,95 @@ async fn backend_pid(conn: &mut PgConnection) -> sqlx::Result<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lane_is_reused_only_after_a_statement_that_ran_to_its_end() -> Result<(), BoxError> {
     let Some(s) = common::storage("lanes reuse").await else { return Ok(()) };
-    let opened = AtomicUsize::new(0);
-    let lanes: Lanes<PgConnection> = Lanes::new(2, Duration::from_secs(5));
+    let pool = pool(s.url(), 3, Duration::from_secs(5))?;
+    let lanes: Lanes<Postgres> = Lanes::new(pool.clone(), 2);
 
-    // A finished statement puts its connection back; the next take gets the same session.
-    let mut lane = lanes.take(open(s.url(), &opened)).await?;
+    // A finished statement keeps its connection; the next take gets the same session.
+    let mut lane = lanes.take().await?;
     let first = backend_pid(lane.conn()).await?;
     lane.keep();
-    assert_eq!(lanes.idle(), 1);
-    let mut lane = lanes.take(open(s.url(), &opened)).await?;
-    assert_eq!(backend_pid(lane.conn()).await?, first, "the idle connection is reused");
-    assert_eq!(opened.load(Ordering::SeqCst), 1, "no second connection was opened");
+    assert_eq!((lanes.idle(), pool.num_idle()), (1, 0), "kept by the lanes, not the pool");
+    let mut lane = lanes.take().await?;
+    assert_eq!(backend_pid(lane.conn()).await?, first, "the idle lane is reused");
+    assert_eq!(pool.size(), 1, "no second connection was opened");
 
     // An error the server answered leaves the connection in step: it is kept.
-    let failed = sqlx::query("SELECT 1/0").execute(lane.conn()).await;
+    let failed = sqlx::query("SELECT 1/0").execute(&mut *lane.conn()).await;
     assert!(matches!(failed, Err(sqlx::Error::Database(_))), "{failed:?}");
     lane.keep();
-    let mut lane = lanes.take(open(s.url(), &opened)).await?;
+    let mut lane = lanes.take().await?;
     assert_eq!(backend_pid(lane.conn()).await?, first);
 
-    // A statement cut short (its call dropped mid-flight) does not put its lane back: the
-    // next statement runs on a new session, never reading the old one's late answer.
+    // A statement cut short (its call dropped mid-flight) does not keep its connection, nor
+    // give it back to the pool: it is closed, and the next statement runs on a new session,
+    // never reading the old one's late answer.
     let cut = tokio::time::timeout(
         Duration::from_millis(100),
-        sqlx::query("SELECT pg_sleep(2)").execute(lane.conn()),
+        sqlx::query("SELECT pg_sleep(2)").execute(&mut *lane.conn()),
     )
     .await;
     assert!(cut.is_err(), "the sleep was cut short");
     drop(lane);
-    assert_eq!(lanes.idle(), 0, "the cut lane's connection was not put back");
-    let mut lane = lanes.take(open(s.url(), &opened)).await?;
+    assert_eq!((lanes.idle(), pool.num_idle()), (0, 0), "the cut connection was not kept");
+    let mut lane = lanes.take().await?;
     let second = backend_pid(lane.conn()).await?;
     assert_ne!(second, first, "a new session after the cut");
-    assert_eq!(opened.load(Ordering::SeqCst), 2);
-    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(lane.conn()).await?;
+    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *lane.conn()).await?;
     assert_eq!(one, 1, "the new session answers its own statement");
     lane.keep();
 
-    // The cut session goes away on the server (its socket was closed).
+    // The cut session goes away on the server.
     let gone = common::eventually(Duration::from_secs(5), || async {
-        let mut conn = match s.admin().await {
-            Ok(conn) => conn,
-            Err(_) => return false,
-        };
-        let n: Result<i64, _> =
-            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
-                .bind("taskgate-lanes-test")
-                .fetch_one(&mut conn)
-                .await;
-        n.is_ok_and(|n| n == 1)
+        common::sessions(&s, APP).await.is_ok_and(|n| n == 1)
     })
     .await;
     assert!(gone, "only the kept lane's session is left");
-    lanes.close().await;
+    lanes.close();
+    pool.close().await;
     s.cleanup().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn takers_wait_for_a_lane_and_close_refuses_them() -> Result<(), BoxError> {
-    let Some(s) = common::storage("lanes wait").await else { return Ok(()) };
-    let opened = AtomicUsize::new(0);
-    let lanes: Lanes<PgConnection> = Lanes::new(1, Duration::from_millis(300));
-    let busy = lanes.take(open(s.url(), &opened)).await?;
-    let waited = lanes.take(open(s.url(), &opened)).await.err();
+async fn lanes_share_the_pools_bound_and_give_way_to_transactions() -> Result<(), BoxError> {
+    let Some(s) = common::storage("lanes bound").await else { return Ok(()) };
+    let pool = pool(s.url(), 2, Duration::from_millis(300))?;
+    let lanes: Lanes<Postgres> = Lanes::new(pool.clone(), 1);
+
+    // At most one lane: a second taker waits, and times out while the first is in use.
+    let mut busy = lanes.take().await?;
+    let pid = backend_pid(busy.conn()).await?;
+    let waited = lanes.take().await.err();
     assert!(matches!(waited, Some(sqlx::Error::PoolTimedOut)), "{waited:?}");
     busy.keep();
-    let lane = lanes.take(open(s.url(), &opened)).await?;
-    assert_eq!(opened.load(Ordering::SeqCst), 1, "the freed lane was taken, not a new one");
+    let mut lane = lanes.take().await?;
+    assert_eq!(backend_pid(lane.conn()).await?, pid, "the freed lane was taken");
     lane.keep();
-    lanes.close().await;
-    assert_eq!(lanes.idle(), 0, "close closed the idle connection");
-    let refused = lanes.take(open(s.url(), &opened)).await.err();
+
+    // The pool is exhausted (the idle lane holds one connection, a caller the other): a
+    // transaction of the handle that waits gets the idle lane's connection back.
+    let held = pool.acquire().await?;
+    assert_eq!((pool.size(), pool.num_idle(), lanes.idle()), (2, 0, 1));
+    let wanting = lanes.wanting();
+    let mut tx = pool.begin().await?;
+    assert_eq!(backend_pid(&mut tx).await?, pid, "the lane's connection went back to the pool");
+    assert_eq!(lanes.idle(), 0);
+    // While a transaction waits, a finished statement gives its connection back as well.
+    tx.commit().await?;
+    let tx = pool.begin().await?;
+    let lane = lanes.take().await.err();
+    assert!(matches!(lane, Some(sqlx::Error::PoolTimedOut)), "the pool is in use: {lane:?}");
+    tx.rollback().await?;
+    let lane = lanes.take().await?;
+    lane.keep();
+    assert_eq!(lanes.idle(), 0, "kept while a transaction waits: given back");
+    drop(wanting);
+    drop(held);
+
+    lanes.close();
+    assert_eq!(lanes.idle(), 0);
+    let refused = lanes.take().await.err();
     assert!(matches!(refused, Some(sqlx::Error::PoolClosed)), "{refused:?}");
+    pool.close().await;
     s.cleanup().await
 }
 
@@ -137,7 +158,8 @@ async fn a_handles_single_statements_reuse_its_connections() -> Result<(), BoxEr
     // The 200 statements after the first 80 opened no connection: each one's connection went
     // back to its lane, not closed and opened again.
     assert_eq!(proxy.accepted(), warm, "connections opened after the first 80 statements");
-    assert!(warm <= 9, "{warm} connections: at most 4 lanes, 4 pooled and the listener");
+    // The pool's 4, the listener, the migration session and the connect gate's probe.
+    assert!(warm <= 7, "{warm} connections for a pool of 4");
     common::finish(s, &[&b]).await?;
     Ok(())
 }
