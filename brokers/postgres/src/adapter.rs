@@ -66,9 +66,9 @@ impl PgAdapter {
         PgConnection::connect_with(&self.probe).await?.close().await
     }
 
-    /// Runs one statement on a lane: an idle lane's connection, or a new one. The lane is put
-    /// back when the server answered, with rows or with an error of its own; a connection that
-    /// failed (or a call dropped mid-statement) is closed instead.
+    /// Runs one statement on a lane: an idle lane's connection, or one from the pool. The lane
+    /// keeps it when the server answered, with rows or with an error of its own; a connection
+    /// that failed (or a call dropped mid-statement) is closed instead.
     async fn on_lane(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
         let mut lane = self.gate.acquire(self.lanes.take(), || self.probe()).await?;
         let rows = fetch(lane.conn(), sql, args, kinds, true).await;

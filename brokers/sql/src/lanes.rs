@@ -5,7 +5,7 @@
 //! `return_to_pool`, which always calls `ping`): one more round trip, and a spawned task, for
 //! every statement run on a pooled connection. At batch 1 a PostgreSQL claim and its ack are
 //! one statement each, so the pings were half of a job's round trips; without them the broker
-//! went from 62–76 % of `pgbench`'s raw ceiling to 93–100 % (benches/report-notes.md, finding
+//! went from 67–86 % of `pgbench`'s raw ceiling to 86–91 % (benches/report-notes.md, finding
 //! 29). The pool has no setting that turns the ping off, so an adapter runs its single
 //! statements on lanes: connections taken from the same pool and, after a statement that ran
 //! to its end, kept by the lanes instead of given back. The pool's size stays the handle's
