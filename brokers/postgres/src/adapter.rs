@@ -68,9 +68,22 @@ impl PgAdapter {
 
     /// Runs one statement on a lane: an idle lane's connection, or one from the pool. The lane
     /// keeps it when the server answered, with rows or with an error of its own; a connection
-    /// that failed (or a call dropped mid-statement) is closed instead.
-    async fn on_lane(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
+    /// that failed (or a call dropped mid-statement) goes back to the pool, whose ping on
+    /// release drains or closes it.
+    /// With `left`, a caller that left while the statement waited for its lane gets nothing
+    /// sent (`Ok(None)`).
+    async fn on_lane(
+        &self,
+        sql: &str,
+        args: &[Value],
+        kinds: &[Kind],
+        left: Option<&(dyn Fn() -> bool + Send + Sync)>,
+    ) -> DbResult<Option<Vec<Row>>> {
         let mut lane = self.gate.acquire(self.lanes.take(), || self.probe()).await?;
+        if left.is_some_and(|left| left()) {
+            lane.keep();
+            return Ok(None);
+        }
         let rows = fetch(lane.conn(), sql, args, kinds, true).await;
         match &rows {
             Ok(_) => {
@@ -81,7 +94,7 @@ impl PgAdapter {
             Err(e) if answered(e) => lane.keep(),
             Err(_) => {}
         }
-        rows
+        rows.map(Some)
     }
 
     /// Opens a transaction, replacing pooled connections the server has dropped: `BEGIN` is
@@ -128,15 +141,25 @@ impl Adapter for PgAdapter {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.on_lane(sql, args, kinds).await {
+            match self.on_lane(sql, args, kinds, None).await {
                 Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {}
-                other => return other,
+                other => return other.map(Option::unwrap_or_default),
             }
         }
     }
 
     async fn write_one(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        self.on_lane(sql, args, kinds).await
+        Ok(self.on_lane(sql, args, kinds, None).await?.unwrap_or_default())
+    }
+
+    async fn write_one_unless(
+        &self,
+        sql: &str,
+        args: &[Value],
+        kinds: &[Kind],
+        left: &(dyn Fn() -> bool + Send + Sync),
+    ) -> DbResult<Option<Vec<Row>>> {
+        self.on_lane(sql, args, kinds, Some(left)).await
     }
 
     fn inline_notify(&self) -> Option<String> {

@@ -134,6 +134,30 @@ pub trait Adapter: Send + Sync + 'static {
         Ok(rows)
     }
 
+    /// [`Adapter::write_one`] for a caller that may leave while the write waits for a
+    /// connection (a claimer whose `dequeue` was dropped): `left` is asked once a connection
+    /// is in hand, just before the statement is sent, and `Ok(None)` says the caller had left
+    /// and nothing was sent. A claim that waited behind others would otherwise take tasks for
+    /// nobody, to be handed back a moment later.
+    ///
+    /// Default: [`Adapter::begin`], `left`, then the statement and commit.
+    async fn write_one_unless(
+        &self,
+        sql: &str,
+        args: &[Value],
+        kinds: &[Kind],
+        left: &(dyn Fn() -> bool + Send + Sync),
+    ) -> DbResult<Option<Vec<Row>>> {
+        let mut tx = self.begin().await?;
+        if left() {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let rows = tx.fetch(sql, args, kinds).await?;
+        tx.commit(false).await?;
+        Ok(Some(rows))
+    }
+
     /// For an autocommit write ([`Adapter::write_one`]) that makes work claimable: an SQL
     /// expression that tells other processes when it commits, to carry inside the statement
     /// now (as [`SqlConn::inline_notify`] does for a transaction). `None` (the default): the

@@ -228,11 +228,9 @@ impl SqlBroker {
                 Err(_) => return,
             };
             let result = if claim::autocommits(&core) {
-                // One statement, its own transaction: nothing to wait for but a connection.
-                match sender.is_closed() {
-                    true => Err(TxFail::Abandoned),
-                    false => claim::claim_autocommit(&core, &opts, &refs, max).await,
-                }
+                // One statement, its own transaction: nothing to wait for but a connection,
+                // and a caller that left meanwhile gets nothing claimed.
+                claim::claim_autocommit(&core, &opts, &refs, max, &|| sender.is_closed()).await
             } else {
                 // A caller that gave up while the claim waited for a connection (the writer
                 // lock, on SQLite) gets nothing claimed instead of a claim to undo.

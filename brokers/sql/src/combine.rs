@@ -229,7 +229,11 @@ async fn claim_group(broker: &SqlBroker, group: Vec<ClaimRequest>) {
                     true => None,
                     false => Some(ack::ack_many(tx, &riding.items, late.returning).await?),
                 };
-                let tasks = claim::claim(tx, refs, total).await?;
+                // Every caller of the group may have left while it waited for the writer.
+                let tasks = match total {
+                    0 => Vec::new(),
+                    _ => claim::claim(tx, refs, total).await?,
+                };
                 Ok((acked, tasks))
             })
         })
@@ -331,10 +335,12 @@ impl<'b> Late<'b> {
     }
 
     /// Moves the waiting claims that join `group` (same options and queues, room under
-    /// [`MAX_COMBINED`]) into it, in arrival order, dropping those whose caller has gone;
-    /// returns the group's total batch size.
+    /// [`MAX_COMBINED`]) into it, in arrival order, dropping those whose caller has gone (in
+    /// the group already too: its transaction may have waited long for the writer); returns
+    /// the group's total batch size.
     fn claims_joining(&self, group: &Mutex<Vec<ClaimRequest>>) -> usize {
         let mut group = group.lock().unwrap_or_else(|p| p.into_inner());
+        group.retain(|r| !r.answer.is_closed());
         let mut total: usize = group.iter().map(|r| r.max).sum();
         let mut full = false;
         let joined = match group.first() {

@@ -17,11 +17,14 @@
 //! - a transaction of the handle that finds the pool exhausted takes an idle lane's connection
 //!   back ([`Lanes::wanting`]), and while one waits no lane keeps its connection.
 //!
-//! What the ping was for is kept another way: a lane whose statement did not finish (the
-//! caller's future was dropped mid-statement, or the connection failed) is closed, not given
-//! back, so no later statement can read an earlier one's answer. A connection the server
-//! closed while it sat idle fails its next statement as a lost connection, which the adapters
-//! handle as they did on the pool.
+//! What the ping is for stays where it is needed: a lane whose statement did not finish (the
+//! caller's future was dropped mid-statement, or the connection failed) gives its connection
+//! back to the pool, whose ping on release reads the unread answer to its end (or closes a
+//! connection that failed), so no later statement can read an earlier one's answer. Closing
+//! such a connection instead made every dropped call open a new one: under c29's thousands of
+//! dropped claims the reconnects (each cancelled in turn by the next drop) starved the other
+//! callers for minutes. A connection the server closed while it sat idle fails its next
+//! statement as a lost connection, which the adapters handle as they did on the pool.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -45,7 +48,8 @@ pub struct Lanes<DB: Database> {
 }
 
 /// One connection taken from [`Lanes`]: [`Lane::keep`] keeps it for the next statement after
-/// one that ran to its end; dropped without that, the connection is closed.
+/// one that ran to its end; dropped without that, the connection goes back to the pool, whose
+/// ping on release finishes reading it (or closes it).
 #[derive(Debug)]
 pub struct Lane<'a, DB: Database> {
     lanes: &'a Lanes<DB>,
@@ -152,16 +156,6 @@ impl<DB: Database> Lane<'_, DB> {
             self.lanes.idle_list().push(conn);
         }
         // Otherwise `conn` drops here: back to the pool, which pings it first.
-    }
-}
-
-/// Dropped without [`Lane::keep`]: the statement did not run to its end, so the connection is
-/// closed, not given back.
-impl<DB: Database> Drop for Lane<'_, DB> {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.as_mut() {
-            conn.close_on_drop();
-        }
     }
 }
 

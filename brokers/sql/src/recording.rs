@@ -107,6 +107,20 @@ impl Adapter for RecordingAdapter {
         self.inner.write_one(sql, args, kinds).await
     }
 
+    async fn write_one_unless(
+        &self,
+        sql: &str,
+        args: &[Value],
+        kinds: &[Kind],
+        left: &(dyn Fn() -> bool + Send + Sync),
+    ) -> DbResult<Option<Vec<Row>>> {
+        let rows = self.inner.write_one_unless(sql, args, kinds, left).await?;
+        if rows.is_some() {
+            self.log.record(sql, args);
+        }
+        Ok(rows)
+    }
+
     async fn close(&self) {
         self.inner.close().await;
     }

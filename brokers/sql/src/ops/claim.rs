@@ -310,25 +310,29 @@ pub(crate) fn autocommits(core: &Core) -> bool {
 }
 
 /// A [`ClaimShape::UpdateSkipLocked`] claim as a transaction of its own
-/// ([`Adapter::write_one`](crate::Adapter::write_one)): one round trip for the whole claim.
-/// The statement is the whole transaction, so it is as atomic as the claim in a transaction
-/// (its row locks last until its own commit); deadlocks, serialization failures and a
-/// connection lost before the answer are retried like a transaction (§11.2). A lost
+/// ([`Adapter::write_one_unless`](crate::Adapter::write_one_unless)): one round trip for the
+/// whole claim. The statement is the whole transaction, so it is as atomic as the claim in a
+/// transaction (its row locks last until its own commit); deadlocks, serialization failures
+/// and a connection lost before the answer are retried like a transaction (§11.2). A lost
 /// connection's statement may have been applied: its tasks then run under a token nobody
 /// holds until their lease expires and the reaper returns them, as after a worker crash.
-/// Returns the tasks in claim order and publishes their Notify snapshots.
+/// Returns the tasks in claim order and publishes their Notify snapshots;
+/// [`TxFail::Abandoned`] when the caller had `left` by the time a connection was in hand
+/// (nothing was sent).
 pub(crate) async fn claim_autocommit(
     core: &Core,
     opts: &ResolvedOptions,
     queues: &[&str],
     max: usize,
+    left: &(dyn Fn() -> bool + Send + Sync),
 ) -> Result<Vec<Task>, TxFail> {
     let mut attempt: u32 = 0;
     let rows = loop {
         attempt += 1;
         let (sql, args) = skip_locked_claim(core, opts, queues, max, core.local_now(opts));
-        match core.adapter.write_one(&sql, &args, &TASK_KINDS).await {
-            Ok(rows) => break rows,
+        match core.adapter.write_one_unless(&sql, &args, &TASK_KINDS, left).await {
+            Ok(Some(rows)) => break rows,
+            Ok(None) => return Err(TxFail::Abandoned),
             Err(e) if core.should_retry(&e, attempt) => {
                 tokio::time::sleep(crate::core::backoff(attempt)).await;
             }
