@@ -75,6 +75,19 @@ pub trait Factory: Send + Sync {
     async fn storage(&self) -> Result<Box<dyn Storage>, BoxError>;
 }
 
+/// A shared factory is a factory: `contract_tests!(factory())` may pick its backend at run
+/// time (`brokertest`'s own `tests/suite.rs` reads `BROKERTEST_URL`).
+#[async_trait]
+impl<F: Factory + ?Sized> Factory for Arc<F> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+
+    async fn storage(&self) -> Result<Box<dyn Storage>, BoxError> {
+        (**self).storage().await
+    }
+}
+
 /// One case's storage: it opens broker handles on it and removes it at the end.
 #[async_trait]
 pub trait Storage: Send + Sync {
@@ -295,6 +308,7 @@ macro_rules! __with_cases {
             c52_queue_stats,
             c53_list_children,
             c54_enqueue_wakes_enough_waiters,
+            c56_audit_order_follows_changes,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

@@ -51,6 +51,21 @@ async fn a_lost_commit_on_a_server_that_stays_away_is_resolved_by_the_repeat(
     storage.drop_tables().await
 }
 
+/// A COMMIT's answer lost, then the server refuses connections for a second (a restart):
+/// the enqueue and the ack keep trying and return the truth once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_commit_then_a_short_outage_returns_the_truth() -> Result<(), BoxError> {
+    let Some(storage) = common::storage("a_lost_commit_then_a_short_outage").await else {
+        return Ok(());
+    };
+    let direct = common::handle(&storage, BrokerOptions::default()).await?;
+    let (through, proxy) = through_proxy(&storage).await?;
+    cutproxy::check_lost_answer_then_outage(&*through, &*direct, &proxy).await?;
+    through.close().await?;
+    direct.close().await?;
+    storage.drop_tables().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_gone_after_init_fails_the_next_call_at_once_naming_the_cause(
 ) -> Result<(), BoxError> {

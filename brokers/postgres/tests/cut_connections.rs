@@ -62,6 +62,54 @@ async fn a_lost_commit_on_a_server_that_stays_away_is_resolved_by_the_repeat(
     storage.cleanup().await
 }
 
+/// Issue 38's restart: a one-statement ack's (and enqueue's) answer lost, then the server
+/// refuses connections for a second: the call keeps trying and returns the truth once it can
+/// read it (before the fix the ack's fallback transaction reported `Connection refused`
+/// although the ack had been applied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_one_statement_write_then_a_short_outage_returns_the_truth() -> Result<(), BoxError>
+{
+    let Some(storage) = common::storage("a_lost_write_then_a_short_outage").await else {
+        return Ok(());
+    };
+    let direct = storage.broker().await?;
+    direct.init(BrokerOptions::default()).await?;
+    let (through, proxy) = through_proxy(&storage).await?;
+    cutproxy::check_lost_answer_then_outage(&through, &direct, &proxy).await?;
+    assert_eq!(proxy.ack_cuts(), 1, "the one-statement ack's cut ({} cuts)", proxy.cuts());
+    assert_eq!(proxy.enqueue_cuts(), 1, "the one-statement enqueue's cut ({} cuts)", proxy.cuts());
+    through.close().await?;
+    direct.close().await?;
+    storage.cleanup().await
+}
+
+/// A one-statement claim whose answer is lost, on a server that then stays away: the claim
+/// may have taken the task (it did: the task is running under a token nobody holds, until its
+/// lease expires), so the call reports an unknown outcome, never a definite error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_claim_on_a_server_that_stays_away_is_an_unknown_outcome() -> Result<(), BoxError> {
+    let Some(storage) = common::storage("a_lost_claim_is_unknown").await else {
+        return Ok(());
+    };
+    let direct = storage.broker().await?;
+    direct.init(BrokerOptions::default()).await?;
+    let (through, proxy) = through_proxy(&storage).await?;
+    let task = direct.enqueue(&taskgate::Task::new("job", "lostclaim")).await?;
+    proxy.arm(cutproxy::Cut::AfterCommitThenRefuse);
+    let claim = tokio::time::timeout(Duration::from_secs(60), through.try_dequeue(&["lostclaim"]));
+    match claim.await.map_err(|_| "the claim hung")? {
+        Err(e) if cutproxy::is_commit_unknown(&e) => {}
+        other => return Err(format!("a lost claim answered {other:?}").into()),
+    }
+    assert_eq!(proxy.claim_cuts(), 1, "the one-statement claim's cut ({} cuts)", proxy.cuts());
+    let stored = direct.get(&task.id).await?;
+    assert_eq!(stored.status, taskgate::Status::Running, "the lost claim was applied");
+    proxy.resume().await?;
+    through.close().await?;
+    direct.close().await?;
+    storage.cleanup().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_gone_after_init_fails_the_next_call_at_once_naming_the_cause(
 ) -> Result<(), BoxError> {

@@ -432,7 +432,7 @@ impl Broker for SqlBroker {
                     Ok(stored) => return Ok(vec![stored]),
                     // Nothing written, or (connection lost) maybe the row: the transaction
                     // runs next under the same ID, and a row found there settles it.
-                    Err(e) if self.core.dialect.is_connection_lost(&e) => {
+                    Err(e) if self.core.maybe_applied(&e) => {
                         unknown.push(enqueue::lost_one_statement(task, id, now));
                     }
                     Err(_) => {}
@@ -768,7 +768,15 @@ impl SqlBroker {
                 drop(read);
                 TxFail::Unknown(lost)
             }
-            (Err(read), _) => TxFail::Op(read),
+            // A lost attempt may have been applied and cannot be read: unknown, not `read`.
+            (Err(read), _) => {
+                self.core.unresolved.put_enqueue(resolve::UnsettledEnqueue {
+                    input: tasks.to_vec(),
+                    ids,
+                    attempts: unknown,
+                });
+                return Err(self.core.unknown(read));
+            }
         };
         self.core.unresolved.put_enqueue(resolve::UnsettledEnqueue {
             input: tasks.to_vec(),
@@ -802,7 +810,7 @@ impl SqlBroker {
                     Err(e) => {
                         // Nothing written, or (connection lost) maybe all of it: the transaction
                         // acks what is left, and `ack_token` tells the lost statement's work.
-                        if self.core.dialect.is_connection_lost(&e) {
+                        if self.core.maybe_applied(&e) {
                             earlier.iter_mut().for_each(|lost| lost.autocommit = true);
                         }
                         HashSet::new()
@@ -842,7 +850,8 @@ impl SqlBroker {
     ) -> Result<Vec<Result<()>>> {
         let returning = self.ack_returning();
         let mut unknown = Vec::new();
-        let done = (self.core.tx(opts, "ack").settle(&mut unknown))
+        let lost = earlier.iter().any(|lost| !lost.is_empty());
+        let done = (self.core.tx(opts, "ack").settle(&mut unknown).after_lost(lost))
             .run(&(chunk, returning), |tx, &(chunk, returning)| {
                 Box::pin(ack::ack_many(tx, chunk, returning))
             })
@@ -875,19 +884,26 @@ impl SqlBroker {
                 }
             }
         }
-        let remember = |wrote: &[LostAck]| {
-            for (item, lost) in chunk.iter().zip(wrote) {
-                if !lost.is_empty() {
-                    self.core.unresolved.put_ack(&item.id, &item.token, lost.clone());
+        // A call that cannot settle is remembered, so that repeating it settles it, and fails
+        // as unknown when a lost attempt may have acked an item: never with a definite error.
+        let unsettled = |wrote: &[LostAck], e: Error| {
+            let mut lost = false;
+            for (item, w) in chunk.iter().zip(wrote) {
+                if !w.is_empty() {
+                    lost = true;
+                    self.core.unresolved.put_ack(&item.id, &item.token, w.clone());
                 }
+            }
+            match e {
+                Error::Backend { source, .. } if lost && !is_unknown_source(&*source) => {
+                    self.core.unknown(source)
+                }
+                e => e,
             }
         };
         let mut outcomes = match done {
             Ok((outcomes, _)) => outcomes,
-            Err(e) => {
-                remember(&wrote);
-                return Err(self.core.fail(e));
-            }
+            Err(e) => return Err(unsettled(&wrote, self.core.fail(e))),
         };
         let suspects: Vec<usize> = (0..chunk.len())
             .filter(|i| {
@@ -905,10 +921,7 @@ impl SqlBroker {
         if !by_token.is_empty() {
             let tokens = match read::ack_tokens(&self.core, &by_token).await {
                 Ok(tokens) => tokens,
-                Err(read) => {
-                    remember(&wrote);
-                    return Err(read);
-                }
+                Err(read) => return Err(unsettled(&wrote, read)),
             };
             for i in &suspects {
                 let item = &chunk[*i];
@@ -928,10 +941,7 @@ impl SqlBroker {
         let ids: Vec<&str> = suspects.iter().map(|i| chunk[*i].id.as_str()).collect();
         let stored = match read::by_ids(&self.core, &ids).await {
             Ok(stored) => stored,
-            Err(read) => {
-                remember(&wrote);
-                return Err(read);
-            }
+            Err(read) => return Err(unsettled(&wrote, read)),
         };
         let mut applied: Vec<Timestamp> = Vec::new();
         for i in suspects {
@@ -965,4 +975,10 @@ impl SqlBroker {
     pub(crate) fn ack_chunk(&self) -> usize {
         (self.core.dialect.max_params() / 4).clamp(1, 1_000)
     }
+}
+
+/// True when a `Backend` error's source already says that a write's outcome is unknown
+/// ([`CommitUnknown`](crate::CommitUnknown)).
+fn is_unknown_source(source: &(dyn std::error::Error + 'static)) -> bool {
+    source.is::<crate::core::CommitUnknown>()
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use taskgate::wake::{Lifecycle, WakeHub, Wakes};
-use taskgate::{Error, ResolvedOptions, Task, Timestamp};
+use taskgate::{BoxError, Error, ResolvedOptions, Task, Timestamp};
 
 use crate::dialect::{rewrite_placeholders, Placeholder, RetryClass, TimeSource};
 use crate::{Adapter, DbError, Dialect, Kind, Row, SqlConn, Value};
@@ -57,19 +57,21 @@ pub(crate) enum TxFail {
     Unknown(DbError),
 }
 
-/// A COMMIT's outcome is unknown: the connection was lost while it was on its way, so the
-/// server may or may not have applied it. The source of an [`Error::Backend`] that says so.
+/// A write's outcome is unknown: the connection was lost while its COMMIT (or its one
+/// autocommit statement) was on its way, so the server may or may not have applied it, and
+/// finding out failed too. The source of an [`Error::Backend`] that says so; every write path
+/// reports a lost outcome with it, never with a definite error.
 #[derive(Debug)]
 pub struct CommitUnknown {
-    /// The driver's error on the COMMIT (or on the last attempt to find out).
-    pub source: DbError,
+    /// The last error: the driver's on the COMMIT, or on the last attempt to find out.
+    pub source: BoxError,
 }
 
 impl std::fmt::Display for CommitUnknown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "connection lost during COMMIT: the transaction may or may not have been applied \
+            "connection lost during COMMIT: the write may or may not have been applied \
              (for enqueue and ack: the server could not be asked; repeating the same call on \
              this handle settles it): {}",
             self.source
@@ -79,7 +81,7 @@ impl std::fmt::Display for CommitUnknown {
 
 impl std::error::Error for CommitUnknown {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
+        Some(&*self.source)
     }
 }
 
@@ -253,6 +255,14 @@ impl Core {
             (None, TimeSource::Local) => Some(opts.clock.now_ms()),
             (None, TimeSource::Server) => None,
         }
+    }
+
+    /// True when a one-statement (autocommit) write that failed with `e` may have been
+    /// applied: its connection was lost ([`Dialect::is_connection_lost`]) after it could
+    /// have reached the server. A connection that was never made (refused, no such host, no
+    /// pooled connection in time) sent nothing.
+    pub(crate) fn maybe_applied(&self, e: &DbError) -> bool {
+        self.dialect.is_connection_lost(e) && !never_connected(e)
     }
 
     /// Counts one retried transaction.
@@ -499,6 +509,25 @@ impl<'c> Tx<'c> {
         Ok(now)
     }
 
+    /// "Now" read again after this transaction's writes (never the cached reading): the time
+    /// of an audit record, so that records of changes to one row follow the order of those
+    /// changes. A cached reading can be older than a change another transaction committed
+    /// while this one waited for the row's lock (MySQL's `NOW(3)` is the time its statement
+    /// started, before the wait); a reading taken while holding the lock is not. Never
+    /// earlier than the cached reading.
+    pub(crate) async fn now_after_writes(&mut self) -> Result<Timestamp, TxFail> {
+        let cached = self.now;
+        let fresh = match self.core.local_now(self.opts) {
+            Some(now) => now,
+            None => {
+                self.now = None;
+                self.now().await?
+            }
+        };
+        self.now = cached.or(Some(fresh));
+        Ok(cached.map_or(fresh, |cached| cached.max(fresh)))
+    }
+
     /// "Now" if this transaction knows it already (read, piggybacked or local).
     pub(crate) fn known_now(&self) -> Option<Timestamp> {
         self.now
@@ -530,6 +559,26 @@ impl<'c> Tx<'c> {
     /// their batches need (a counted wake).
     pub(crate) fn wake_ready(&mut self, queue: &str) {
         self.wakes.ready(queue);
+    }
+}
+
+/// True for an error that means no connection was made, so no statement was sent: a refused
+/// connection, a host that cannot be found or reached, a pool that handed out no connection.
+/// (A connection that was made and then lost fails with a reset, a broken pipe or an
+/// unexpected end of stream instead.)
+pub(crate) fn never_connected(e: &DbError) -> bool {
+    use std::io::ErrorKind as Io;
+    match e {
+        DbError::Io(io) => matches!(
+            io.kind(),
+            Io::ConnectionRefused
+                | Io::NotFound
+                | Io::AddrNotAvailable
+                | Io::HostUnreachable
+                | Io::NetworkUnreachable
+        ),
+        DbError::PoolTimedOut | DbError::PoolClosed => true,
+        _ => false,
     }
 }
 
@@ -598,13 +647,16 @@ pub(crate) struct TxRun<'r, T> {
     opts: &'r ResolvedOptions,
     op: &'static str,
     settle: Option<&'r mut Vec<Settled<T>>>,
+    /// An earlier write of this call lost its outcome (a one-statement write whose answer
+    /// never came): settle from the first attempt, as with a non-empty `settle` list.
+    lost_before: bool,
     leaving: Option<&'r mut dyn Leaving>,
 }
 
 impl Core {
     /// A write transaction named `op` (the name test hooks see) under `opts`.
     pub(crate) fn tx<'r, T>(&'r self, opts: &'r ResolvedOptions, op: &'static str) -> TxRun<'r, T> {
-        TxRun { core: self, opts, op, settle: None, leaving: None }
+        TxRun { core: self, opts, op, settle: None, lost_before: false, leaving: None }
     }
 }
 
@@ -612,6 +664,14 @@ impl<'r, T: Send> TxRun<'r, T> {
     /// Settles a COMMIT of unknown outcome by running again; see [`TxRun`].
     pub(crate) fn settle(mut self, unknown: &'r mut Vec<Settled<T>>) -> Self {
         self.settle = Some(unknown);
+        self
+    }
+
+    /// Settles from the first attempt when `lost` (an earlier write of the call, outside this
+    /// transaction, lost its outcome): lost connections are retried for [`RESOLVE_WINDOW`]
+    /// and then end with [`TxFail::Unknown`], never with a definite error.
+    pub(crate) fn after_lost(mut self, lost: bool) -> Self {
+        self.lost_before = lost;
         self
     }
 
@@ -635,9 +695,8 @@ impl<'r, T: Send> TxRun<'r, T> {
         let mut attempt: u32 = 0;
         // A list that holds attempts already (a lost one-statement write, the lost COMMITs of
         // an earlier call) is being settled from the start.
-        let mut resolve_until = (self.settle.as_ref())
-            .filter(|unknown| !unknown.is_empty())
-            .map(|_| std::time::Instant::now() + RESOLVE_WINDOW);
+        let settling = self.lost_before || self.settle.as_ref().is_some_and(|u| !u.is_empty());
+        let mut resolve_until = settling.then(|| std::time::Instant::now() + RESOLVE_WINDOW);
         loop {
             attempt += 1;
             let outcome = self.attempt(args, &mut body).await;

@@ -63,6 +63,8 @@ struct Shared {
     ack_cuts: AtomicUsize,
     /// Of the cuts, those at a one-statement enqueue.
     enqueue_cuts: AtomicUsize,
+    /// Of the cuts, those at a one-statement claim.
+    claim_cuts: AtomicUsize,
     /// Connections accepted so far.
     accepted: AtomicUsize,
     /// `true` closes every connection at once.
@@ -119,6 +121,7 @@ impl CutProxy {
             cuts: AtomicUsize::new(0),
             ack_cuts: AtomicUsize::new(0),
             enqueue_cuts: AtomicUsize::new(0),
+            claim_cuts: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
             kill: watch::channel(false).0,
             stop: watch::channel(false).0,
@@ -152,6 +155,11 @@ impl CutProxy {
     /// How many of [`CutProxy::cuts`] were at PostgreSQL's one-statement enqueue.
     pub fn enqueue_cuts(&self) -> usize {
         self.shared.enqueue_cuts.load(Ordering::SeqCst)
+    }
+
+    /// How many of [`CutProxy::cuts`] were at PostgreSQL's one-statement claim.
+    pub fn claim_cuts(&self) -> usize {
+        self.shared.claim_cuts.load(Ordering::SeqCst)
     }
 
     /// How many connections the proxy has accepted (each one a connection the client opened).
@@ -272,6 +280,7 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                     let counter = match write {
                         OneStatement::Ack => &shared.ack_cuts,
                         OneStatement::Enqueue => &shared.enqueue_cuts,
+                        OneStatement::Claim => &shared.claim_cuts,
                     };
                     counter.fetch_add(1, Ordering::SeqCst);
                 }
@@ -314,6 +323,8 @@ enum OneStatement {
     Ack,
     /// [`AUTOCOMMIT_ENQUEUE_MARKER`](crate::ops::enqueue::AUTOCOMMIT_ENQUEUE_MARKER).
     Enqueue,
+    /// [`AUTOCOMMIT_CLAIM_MARKER`](crate::ops::claim::AUTOCOMMIT_CLAIM_MARKER).
+    Claim,
 }
 
 impl OneStatement {
@@ -322,6 +333,7 @@ impl OneStatement {
         let markers = [
             (crate::ops::ack::AUTOCOMMIT_ACK_MARKER, OneStatement::Ack),
             (crate::ops::enqueue::AUTOCOMMIT_ENQUEUE_MARKER, OneStatement::Enqueue),
+            (crate::ops::claim::AUTOCOMMIT_CLAIM_MARKER.trim_end(), OneStatement::Claim),
         ];
         markers.into_iter().find(|(m, _)| find(query, m.as_bytes()).is_some()).map(|(_, w)| w)
     }
@@ -532,7 +544,7 @@ pub async fn check_unresolved_commits(
     proxy.arm(Cut::AfterCommitThenRefuse);
     let first = tokio::time::timeout(HANG, through.enqueue(&task)).await;
     match first.map_err(|_| "enqueue on an unreachable server hung")? {
-        Err(e) if e.is(ErrorKind::Backend) => {}
+        Err(e) if is_commit_unknown(&e) => {}
         other => return Err(format!("enqueue while unreachable: {other:?}").into()),
     }
     if proxy.cuts() != before + 1 {
@@ -550,7 +562,7 @@ pub async fn check_unresolved_commits(
     proxy.arm(Cut::AfterCommitThenRefuse);
     let first = through.ack(&claimed.id, &claimed.lease_token, result.clone());
     match tokio::time::timeout(HANG, first).await.map_err(|_| "ack while unreachable hung")? {
-        Err(e) if e.is(ErrorKind::Backend) => {}
+        Err(e) if is_commit_unknown(&e) => {}
         other => return Err(format!("ack while unreachable: {other:?}").into()),
     }
     proxy.resume().await?;
@@ -561,6 +573,67 @@ pub async fn check_unresolved_commits(
         return Err(format!("the repeated ack left {} {}", claimed.id, done.status).into());
     }
     Ok(())
+}
+
+/// True when `e` says the write's outcome is unknown: `Backend` with a
+/// [`CommitUnknown`](crate::CommitUnknown) source — the one error after which a write may or
+/// may not have been applied.
+pub fn is_commit_unknown(e: &taskgate::Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<crate::CommitUnknown>())
+}
+
+/// The server's answer to a write is lost and the server refuses connections for `OUTAGE`
+/// (a restart): `enqueue` and `ack` through the proxy keep trying to find out and return the
+/// truth once it is back — the task stored once under the ID returned, the ack `Ok` with the
+/// task completed — never a definite error for a write that was applied.
+pub async fn check_lost_answer_then_outage(
+    through: &dyn Broker,
+    direct: &dyn Broker,
+    proxy: &CutProxy,
+) -> Result<(), BoxError> {
+    let q = "outage";
+    let task = Task::new("lost", q).with_payload(b"lost".to_vec());
+    proxy.arm(Cut::AfterCommitThenRefuse);
+    let (stored, ()) = tokio::join!(
+        tokio::time::timeout(HANG, through.enqueue(&task)),
+        resume_after(proxy, OUTAGE)
+    );
+    let stored = stored.map_err(|_| "enqueue across an outage hung")?;
+    let stored = stored.map_err(|e| format!("enqueue across a {OUTAGE:?} outage: {e}"))?;
+    let found = ids_in(direct, q).await?;
+    if found != [stored.id.clone()] {
+        return Err(format!("{q} holds {found:?}, the enqueue returned {}", stored.id).into());
+    }
+    let claimed = direct.dequeue(&[q]).await?;
+    let result = Some(b"done".to_vec());
+    proxy.arm(Cut::AfterCommitThenRefuse);
+    let (acked, ()) = tokio::join!(
+        tokio::time::timeout(HANG, through.ack(&claimed.id, &claimed.lease_token, result.clone())),
+        resume_after(proxy, OUTAGE)
+    );
+    acked
+        .map_err(|_| "ack across an outage hung")?
+        .map_err(|e| format!("ack across a {OUTAGE:?} outage: {e}"))?;
+    let done = direct.get(&claimed.id).await?;
+    if (done.status, done.result) != (Status::Completed, result) {
+        return Err(format!("the ack across an outage left {} {}", claimed.id, done.status).into());
+    }
+    Ok(())
+}
+
+/// How long [`check_lost_answer_then_outage`] keeps the server away: well inside the window
+/// in which a write keeps trying to find out (5 s).
+const OUTAGE: Duration = Duration::from_secs(1);
+
+/// Waits until the armed cut happened, then `outage`, then accepts again.
+async fn resume_after(proxy: &CutProxy, outage: Duration) {
+    let before = proxy.cuts();
+    let deadline = tokio::time::Instant::now() + HANG;
+    while proxy.cuts() == before && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(outage).await;
+    let _ = proxy.resume().await;
 }
 
 /// After `init`, the server becomes unreachable (the proxy refuses connections and drops the

@@ -45,7 +45,7 @@ impl SqlBroker {
             },
             ClaimShape::UpdateSkipLocked => HotStatement {
                 name: "claim",
-                sql: claim::claim_skip_locked_sql(core, 1, "?", 1, false).to_string(),
+                sql: claim::claim_skip_locked_sql(core, 1, "?", 1, false, false).to_string(),
                 args: vec![
                     if server_now { Value::Null(crate::Kind::Int) } else { t.clone() },
                     Value::Text(id::new_ulid()),

@@ -160,9 +160,13 @@ impl Core {
             TxFail::Op(e) => e,
             TxFail::Db(e) => self.backend_error(e),
             TxFail::Abandoned => Error::backend(self.name(), "the caller went away"),
-            TxFail::Unknown(source) => {
-                Error::backend(self.name(), crate::core::CommitUnknown { source })
-            }
+            TxFail::Unknown(source) => self.unknown(source),
         }
+    }
+
+    /// A write whose outcome is unknown (`source`: the last error while finding out) as the
+    /// caller's error: `Backend` with a [`CommitUnknown`](crate::CommitUnknown) source.
+    pub(crate) fn unknown(&self, source: impl Into<taskgate::BoxError>) -> Error {
+        Error::backend(self.name(), crate::core::CommitUnknown { source: source.into() })
     }
 }

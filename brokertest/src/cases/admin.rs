@@ -13,8 +13,8 @@ use crate::{task, CaseResult, Factory, Harness, Need};
 /// `d` (`NotResumable`, `d` stays completed, one `task.not_resumable` record), cancels running
 /// `r` (cancel requested, one record); `bob` replays `d` (a new execution, its ID the record's
 /// detail), replays it again (`AlreadyReplayed`: no second execution, one record), pauses and
-/// resumes qa (paused then not, a record each). Bad input (empty ID, empty actor) writes
-/// nothing. The log reads newest first at the clock's time, filters by actor, action and target,
+/// resumes qa (paused then not, a record each). Bad input (empty ID, empty actor, an actor
+/// with a control character: NUL, U+0001, a newline) is `InvalidInput` and writes nothing. The log reads newest first at the clock's time, filters by actor, action and target,
 /// pages with limit and offset, and a second handle on the storage reads the same rows.
 pub async fn c51_audit_commits_with_mutation(factory: &dyn Factory) -> CaseResult {
     let h = Harness::new(factory).await?.require(Need::Audit).await?;
@@ -83,6 +83,10 @@ pub async fn c51_audit_commits_with_mutation(factory: &dyn Factory) -> CaseResul
 
     assert_kind(b.audited("alice", &cancel("")).await, ErrorKind::InvalidInput, "empty id");
     assert_kind(b.audited("", &cancel("p")).await, ErrorKind::InvalidInput, "empty actor");
+    for actor in ["al\0ice", "\u{1}", "alice\nbob: ok"] {
+        let got = b.audited(actor, &cancel("p")).await;
+        assert_kind(got, ErrorKind::InvalidInput, &format!("actor {actor:?}"));
+    }
     assert_eq!(h.get("p").await.status, Status::Pending, "bad input changed nothing");
     let all = b.audit_log(&AuditQuery::default()).await?;
     assert_eq!(all.len(), 10, "bad input writes no record: {all:?}");
@@ -194,5 +198,58 @@ pub async fn c52_queue_stats(factory: &dyn Factory) -> CaseResult {
         (Status::Blocked, 1),
     ]);
     assert_eq!(b.queue_stats().await?, vec![after, qb], "after claiming ready");
+    h.finish().await
+}
+
+/// Concurrent audited actions on one task are recorded in the order their changes took effect
+/// (extensions §E13.2). Given one pending task `t` and two handles on the storage's real clock
+/// (no injected clock: the server's on PostgreSQL and MySQL), 100 cancels and 100 resumes of `t`
+/// at once, spread over both handles: each call is `Ok`, `AlreadyFinal` (a cancel of the
+/// canceled task) or `NotResumable` (a resume of the pending one); the log's `ok` records on
+/// `task:t`, newest first, are one per successful call and alternate between cancel and resume
+/// (a cancel only succeeds on the pending task, a resume only on the canceled one), the oldest
+/// is a cancel, and the newest says what `t` is now (canceled after a cancel, pending after a
+/// resume).
+pub async fn c56_audit_order_follows_changes(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::with_options(factory, |o| o.clock = None).await?;
+    let h = h.require(Need::Audit).await?;
+    h.enqueue(task("t", "job", "qo")).await;
+    let handles = [h.broker.clone(), h.second_handle().await?];
+    let mut calls = Vec::new();
+    for i in 0..200 {
+        let b = handles[i % 2].clone();
+        let action = match i % 4 < 2 {
+            true => AdminAction::Cancel { id: "t".to_owned() },
+            false => AdminAction::Resume { id: "t".to_owned() },
+        };
+        calls.push(tokio::spawn(async move { b.audited("op", &action).await }));
+    }
+    let mut succeeded = 0;
+    for call in calls {
+        match call.await? {
+            Ok(_) => succeeded += 1,
+            Err(e) if matches!(e.kind(), ErrorKind::AlreadyFinal | ErrorKind::NotResumable) => {}
+            Err(e) => panic!("a concurrent cancel or resume failed: {e}"),
+        }
+    }
+    let query = AuditQuery { target: "task:t".to_owned(), ..AuditQuery::default() };
+    let log = h.broker.audit_log(&query).await?;
+    assert_eq!(log.len(), 200, "one record per call");
+    let ok: Vec<&AuditRecord> = log.iter().filter(|r| r.outcome == "ok").collect();
+    assert_eq!(ok.len(), succeeded, "one ok record per successful call");
+    for pair in ok.windows(2) {
+        assert_ne!(
+            pair[0].action, pair[1].action,
+            "two successful {}s in a row, newest first: {:?} then {:?}",
+            pair[0].action, pair[0], pair[1]
+        );
+    }
+    assert_eq!(ok.last().map(|r| r.action.as_str()), Some("cancel"), "the first success");
+    let now = h.get("t").await.status;
+    let expected = match ok.first().map(|r| r.action.as_str()) {
+        Some("cancel") => Status::Canceled,
+        _ => Status::Pending,
+    };
+    assert_eq!(now, expected, "the newest ok record says what t is now");
     h.finish().await
 }

@@ -28,7 +28,9 @@ mod resume;
 mod steps;
 mod wake;
 
-pub use admin::{c51_audit_commits_with_mutation, c52_queue_stats};
+pub use admin::{
+    c51_audit_commits_with_mutation, c52_queue_stats, c56_audit_order_follows_changes,
+};
 pub use basics::{c01_round_trip, c02_business_key_idempotent, c42_business_key_after_cancel};
 pub use batches::{c28_batches, c29_dequeue_cancel_safety};
 pub use cancel::{

@@ -33,7 +33,9 @@ pub(crate) async fn audited(
             AdminOutcome::Done
         }
     };
-    let now = tx.now().await?;
+    // Read after the action's writes, under its locks: the records of concurrent actions on
+    // one task (or queue) are in the order their changes committed.
+    let now = tx.now_after_writes().await?;
     insert(tx, &record_for(actor, action, now, Ok(&outcome))).await?;
     Ok(outcome)
 }

@@ -120,13 +120,19 @@ pub(crate) fn claim_skip_locked_sql(
     ttl: &str,
     ttl_args: usize,
     one: bool,
+    autocommit: bool,
 ) -> Arc<str> {
     let token = core.dialect.claim_token_sql();
-    let (name, limit) =
-        if one { ("claim_skip_locked_one", "1") } else { ("claim_skip_locked", "?") };
+    let (name, limit) = match (one, autocommit) {
+        (true, false) => ("claim_skip_locked_one", "1"),
+        (false, false) => ("claim_skip_locked", "?"),
+        (true, true) => ("claim_autocommit_one", "1"),
+        (false, true) => ("claim_autocommit", "?"),
+    };
+    let marker = if autocommit { AUTOCOMMIT_CLAIM_MARKER } else { "" };
     core.sql_sized(name, (n, ttl_args), || {
         format!(
-            "WITH n AS (SELECT COALESCE(?, {{now}}) AS now) \
+            "{marker}WITH n AS (SELECT COALESCE(?, {{now}}) AS now) \
              UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
              lease_until = (SELECT now FROM n) + LEAST({ttl}, 9223372036854775807 - \
              (SELECT now FROM n)), started_at = CASE WHEN started_at = 0 THEN \
@@ -256,9 +262,10 @@ fn skip_locked_claim(
     queues: &[&str],
     max: usize,
     now: Option<Timestamp>,
+    autocommit: bool,
 ) -> (Arc<str>, Vec<Value>) {
     let (ttl, ttl_args) = ttl_expr(opts, queues);
-    let sql = claim_skip_locked_sql(core, queues.len(), &ttl, ttl_args.len(), max == 1);
+    let sql = claim_skip_locked_sql(core, queues.len(), &ttl, ttl_args.len(), max == 1, autocommit);
     let mut args = Vec::with_capacity(queues.len() + ttl_args.len() + 3);
     args.push(now.map_or(Value::Null(Kind::Int), Value::from));
     args.push(Value::Text(id::new_ulid()));
@@ -276,7 +283,7 @@ async fn update_skip_locked(
     queues: &[&str],
     max: usize,
 ) -> Result<Vec<Task>, TxFail> {
-    let (sql, args) = skip_locked_claim(tx.core, tx.opts, queues, max, tx.known_now());
+    let (sql, args) = skip_locked_claim(tx.core, tx.opts, queues, max, tx.known_now(), false);
     let rows = tx.fetch(&sql, &args, &TASK_KINDS).await?;
     Ok(decode_owned(rows)?.into_iter().map(|r| r.task).collect())
 }
@@ -309,6 +316,10 @@ pub(crate) fn autocommits(core: &Core) -> bool {
     core.dialect.claim_shape() == ClaimShape::UpdateSkipLocked && !core.has_before_commit_hook()
 }
 
+/// The comment that opens the one-statement claim's SQL, so that a test proxy can tell the
+/// statement that commits the claim (as it does the one-statement ack and enqueue).
+pub(crate) const AUTOCOMMIT_CLAIM_MARKER: &str = "/* taskgate: one-statement claim */ ";
+
 /// A [`ClaimShape::UpdateSkipLocked`] claim as a transaction of its own
 /// ([`Adapter::write_one_unless`](crate::Adapter::write_one_unless)): one round trip for the
 /// whole claim. The statement is the whole transaction, so it is as atomic as the claim in a
@@ -327,16 +338,25 @@ pub(crate) async fn claim_autocommit(
     left: &(dyn Fn() -> bool + Send + Sync),
 ) -> Result<Vec<Task>, TxFail> {
     let mut attempt: u32 = 0;
+    // An attempt lost its connection: it may have claimed tasks (for nobody, until they are
+    // reaped), so a failure that ends the call is an unknown outcome, never a definite one.
+    let mut lost = false;
     let rows = loop {
         attempt += 1;
-        let (sql, args) = skip_locked_claim(core, opts, queues, max, core.local_now(opts));
+        let (sql, args) = skip_locked_claim(core, opts, queues, max, core.local_now(opts), true);
         match core.adapter.write_one_unless(&sql, &args, &TASK_KINDS, left).await {
             Ok(Some(rows)) => break rows,
             Ok(None) => return Err(TxFail::Abandoned),
-            Err(e) if core.should_retry(&e, attempt) => {
-                tokio::time::sleep(crate::core::backoff(attempt)).await;
+            Err(e) => {
+                lost |= core.maybe_applied(&e);
+                if core.should_retry(&e, attempt) {
+                    tokio::time::sleep(crate::core::backoff(attempt)).await;
+                } else if lost {
+                    return Err(TxFail::Unknown(e));
+                } else {
+                    return Err(TxFail::Db(e));
+                }
             }
-            Err(e) => return Err(TxFail::Db(e)),
         }
     };
     let mut tasks: Vec<Task> = decode_owned(rows)?.into_iter().map(|r| r.task).collect();
