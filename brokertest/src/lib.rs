@@ -309,6 +309,7 @@ macro_rules! __with_cases {
             c53_list_children,
             c54_enqueue_wakes_enough_waiters,
             c56_audit_order_follows_changes,
+            c57_failing_call_spares_its_neighbours,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

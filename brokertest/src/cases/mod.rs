@@ -16,6 +16,7 @@ mod leases;
 mod lifecycle;
 mod limits;
 mod names;
+mod neighbours;
 mod notify;
 mod outcomes;
 mod pause;
@@ -46,6 +47,7 @@ pub use leases::c07_lease_reap;
 pub use lifecycle::c30_lifecycle;
 pub use limits::{c27_input_limits, c36_payload_limits};
 pub use names::c35_names_by_bytes;
+pub use neighbours::c57_failing_call_spares_its_neighbours;
 pub use notify::c17_notify;
 pub use outcomes::{
     c06_ack_fail, c08_stale_token, c15_requeue_no_count, c16_illegal_transition, c46_retry_budget,
