@@ -221,16 +221,10 @@ fn starts_with_name(text: &str) -> bool {
 /// assert_eq!(config.tokens().len(), 2);
 /// # Ok::<(), taskgate_admin::TokenError>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct AdminConfig {
     tokens: Vec<Token>,
     pub(crate) limits: Limits,
-}
-
-impl Default for AdminConfig {
-    fn default() -> AdminConfig {
-        AdminConfig { tokens: Vec::new(), limits: Limits::default() }
-    }
 }
 
 impl AdminConfig {
