@@ -9,6 +9,7 @@ use axum::http::request::Parts;
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use crate::limits::Limits;
 use crate::AppState;
 
 /// The shortest secret a [`Token`] accepts, in bytes.
@@ -80,9 +81,17 @@ pub enum TokenError {
         /// The token's name.
         name: String,
     },
-    /// The text form is not `NAME:SCOPE[@OWNER]=SECRET`.
-    #[error("token spec {0:?}: expected NAME:read|write[@OWNER]=SECRET")]
-    BadSpec(String),
+    /// The text form is not `NAME:SCOPE[@OWNER]=SECRET`. The spec is not kept: it may hold a
+    /// secret, or part of one.
+    #[error(
+        "token spec{}: expected NAME:read|write[@OWNER]=SECRET (the spec is not shown: it may \
+         hold a secret)",
+        .position.map(|p| format!(" {p}")).unwrap_or_default()
+    )]
+    BadSpec {
+        /// Which spec of a list ([`AdminConfig::from_specs`]), from 1.
+        position: Option<usize>,
+    },
     /// Two tokens share a name or a secret.
     #[error("token {0:?}: a name and a secret may be configured only once")]
     Duplicate(String),
@@ -131,7 +140,7 @@ impl Token {
     /// assert!(Token::parse("ops:admin=0123456789abcdef").is_err());
     /// ```
     pub fn parse(spec: &str) -> Result<Token, TokenError> {
-        let bad = || TokenError::BadSpec(redact(spec));
+        let bad = || TokenError::BadSpec { position: None };
         let (head, secret) = spec.split_once('=').ok_or_else(bad)?;
         let (name, rest) = head.split_once(':').ok_or_else(bad)?;
         let (scope, owner) = match rest.split_once('@') {
@@ -166,12 +175,39 @@ impl Token {
     }
 }
 
-/// The spec without its secret, for error messages.
-fn redact(spec: &str) -> String {
-    match spec.split_once('=') {
-        Some((head, _)) => format!("{head}=<redacted>"),
-        None => spec.to_owned(),
+/// Splits a list of token specs, as `TASKGATE_ADMIN_TOKENS` holds them: the specs are
+/// separated by commas, but only by a comma followed by the next spec's `NAME:` (a token name,
+/// then `:`); any other comma is part of the secret before it. Commas and whitespace at the
+/// end of the list, and blank specs, are dropped.
+///
+/// ```
+/// use taskgate_admin::split_token_list;
+///
+/// let list = "ops:write=with,a-comma-0123456789,dash:read@billing=0123456789abcdef,";
+/// assert_eq!(
+///     split_token_list(list),
+///     ["ops:write=with,a-comma-0123456789", "dash:read@billing=0123456789abcdef"]
+/// );
+/// ```
+pub fn split_token_list(list: &str) -> Vec<&str> {
+    let list = list.trim_end_matches(|c: char| c == ',' || c.is_whitespace());
+    let mut specs = Vec::new();
+    let mut start = 0;
+    for (comma, _) in list.match_indices(',') {
+        if comma >= start && starts_with_name(&list[comma + 1..]) {
+            specs.push(&list[start..comma]);
+            start = comma + 1;
+        }
     }
+    specs.push(&list[start..]);
+    specs.retain(|spec| !spec.trim_matches(|c: char| c == ',' || c.is_whitespace()).is_empty());
+    specs
+}
+
+/// True when `text` starts with a token name and `:`.
+fn starts_with_name(text: &str) -> bool {
+    let name = text.bytes().take_while(|b| b.is_ascii_alphanumeric() || b"-_.".contains(b)).count();
+    name > 0 && text.as_bytes().get(name) == Some(&b':')
 }
 
 /// The admin API's configuration: the tokens it accepts.
@@ -188,12 +224,25 @@ fn redact(spec: &str) -> String {
 #[derive(Clone, Debug, Default)]
 pub struct AdminConfig {
     tokens: Vec<Token>,
+    pub(crate) limits: Limits,
 }
 
 impl AdminConfig {
     /// A configuration with no tokens: every request is refused with 401 until one is added.
+    /// The connection limits are the defaults ([`Limits`]).
     pub fn new() -> AdminConfig {
         AdminConfig::default()
+    }
+
+    /// Sets the limits slow or many clients meet ([`Limits`]).
+    pub fn with_limits(mut self, limits: Limits) -> AdminConfig {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits slow or many clients meet.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// Adds a token. Names and secrets must be unique.
@@ -206,12 +255,21 @@ impl AdminConfig {
         Ok(self)
     }
 
-    /// A configuration from text specs ([`Token::parse`]), e.g. a comma-separated
-    /// environment variable split by the caller.
+    /// A configuration from text specs ([`Token::parse`]), e.g. flags, or an environment
+    /// variable split with [`split_token_list`]. A spec that does not parse is named by its
+    /// position in `specs` (from 1), never by its text.
     pub fn from_specs<'a>(
         specs: impl IntoIterator<Item = &'a str>,
     ) -> Result<AdminConfig, TokenError> {
-        specs.into_iter().try_fold(AdminConfig::new(), |c, spec| c.with_token(Token::parse(spec)?))
+        specs.into_iter().enumerate().try_fold(AdminConfig::new(), |c, (i, spec)| {
+            let token = Token::parse(spec).map_err(|e| match e {
+                TokenError::BadSpec { position: None } => {
+                    TokenError::BadSpec { position: Some(i + 1) }
+                }
+                other => other,
+            })?;
+            c.with_token(token)
+        })
     }
 
     /// The configured tokens.
@@ -278,9 +336,7 @@ impl FromRequestParts<AppState> for Caller {
             .headers
             .get(AUTHORIZATION)
             .ok_or_else(|| ApiError::unauthorized("auth.missing", "no Authorization header"))?;
-        let presented = header
-            .as_bytes()
-            .strip_prefix(b"Bearer ")
+        let presented = bearer(header.as_bytes())
             .ok_or_else(|| ApiError::unauthorized("auth.invalid", "expected a Bearer token"))?;
         let token = state
             .config
@@ -288,6 +344,18 @@ impl FromRequestParts<AppState> for Caller {
             .ok_or_else(|| ApiError::unauthorized("auth.invalid", "unknown token"))?;
         Ok(Caller { name: token.name.clone(), scope: token.scope, owner: token.owner.clone() })
     }
+}
+
+/// The credentials of an `Authorization: Bearer <secret>` value. The scheme is
+/// case-insensitive and followed by one or more spaces (RFC 7235 §2.1, RFC 6750 §2.1).
+fn bearer(value: &[u8]) -> Option<&[u8]> {
+    let space = value.iter().position(|b| *b == b' ')?;
+    let (scheme, rest) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    let start = rest.iter().position(|b| *b != b' ')?;
+    Some(&rest[start..])
 }
 
 #[cfg(test)]
@@ -299,7 +367,10 @@ mod tests {
         let t = Token::parse("ops:write=0123456789abcdef").unwrap();
         assert_eq!((t.name(), t.scope(), t.owner()), ("ops", Scope::Write, None));
         for bad in ["ops=0123456789abcdef", "ops:root=0123456789abcdef", "ops:write"] {
-            assert!(matches!(Token::parse(bad), Err(TokenError::BadSpec(_))), "{bad}");
+            assert!(
+                matches!(Token::parse(bad), Err(TokenError::BadSpec { position: None })),
+                "{bad}"
+            );
         }
         assert!(matches!(Token::parse("ops:write=short"), Err(TokenError::WeakSecret { .. })));
         assert!(matches!(Token::parse("o p:write=0123456789abcdef"), Err(TokenError::BadName(_))));
@@ -312,6 +383,34 @@ mod tests {
         let dup = AdminConfig::from_specs(["a:read=0123456789abcdef", "b:write=0123456789abcdef"]);
         assert!(matches!(dup, Err(TokenError::Duplicate(name)) if name == "b"));
         assert!(!format!("{t:?}").contains("0123456789abcdef"), "Debug redacts the secret");
+    }
+
+    #[test]
+    fn lists_split_only_before_a_name_and_errors_never_show_a_spec() {
+        assert_eq!(split_token_list("a:read=x,b:write=y"), ["a:read=x", "b:write=y"]);
+        assert_eq!(split_token_list("a:read=x,y,z=w,"), ["a:read=x,y,z=w"]);
+        assert_eq!(split_token_list(",,a:read=x,,b:read@o,p=y"), ["a:read=x,", "b:read@o,p=y"]);
+        assert_eq!(split_token_list(" , "), Vec::<&str>::new());
+        assert_eq!(split_token_list(""), Vec::<&str>::new());
+        let list = "ops:write=first-0123456789abcdef,dash:raed=s3cr3t-TAIL-0123456789";
+        let err = AdminConfig::from_specs(split_token_list(list)).unwrap_err();
+        assert_eq!(err, TokenError::BadSpec { position: Some(2) });
+        let text = err.to_string();
+        for part in ["s3cr3t", "TAIL", "first", "dash", "raed"] {
+            assert!(!text.contains(part), "{text}");
+        }
+        let err = AdminConfig::from_specs(["no-equals-sign-s3cr3t"]).unwrap_err().to_string();
+        assert!(!err.contains("s3cr3t"), "{err}");
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR   s3cret"] {
+            assert_eq!(bearer(value.as_bytes()), Some(&b"s3cret"[..]), "{value}");
+        }
+        for value in ["Basic s3cret", "Bearers3cret", "Bearer", "Bearer ", "Bearer2 s3cret", ""] {
+            assert_eq!(bearer(value.as_bytes()), None, "{value}");
+        }
     }
 
     #[test]

@@ -15,7 +15,10 @@ use taskgate::{Error, ErrorKind};
 /// | 401 | `auth.missing`, `auth.invalid` |
 /// | 403 | `auth.forbidden` |
 /// | 404 | `task.not_found`, `route.not_found` |
+/// | 408 | `request.timeout` (a body not received within the body timeout) |
 /// | 409 | `task.already_final`, `task.not_resumable`, `task.replay_not_final`, `task.already_replayed`, `task.completed_not_allowed`, `task.exists`, … |
+/// | 413 | `input.too_large` (a body over 2 MiB) |
+/// | 415 | `input.unsupported_media_type` (a replay body not sent as `application/json`) |
 /// | 503 | `storage.unavailable`, `broker.closed`, `broker.not_initialized` |
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ApiError {

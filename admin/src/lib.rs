@@ -37,8 +37,26 @@
 //! base64, with `payload_encoding` (`json` / `base64` / null) and the same for the others;
 //! times are RFC 3339 in UTC.
 //!
+//! **Bodies.** Only replay takes a body: optional, and JSON with `Content-Type:
+//! application/json` (or `application/*+json`); a body with another or no content type is a
+//! 415 (`input.unsupported_media_type`), never ignored. The other mutations take none: a
+//! non-empty body is a 400.
+//!
+//! **Slow and many clients** ([`Limits`], set with [`AdminConfig::with_limits`]). [`serve`]
+//! closes a connection whose request line and headers do not arrive within
+//! [`Limits::header_timeout`] (default 10 s, counted from the connection's start or its
+//! previous answer, so it also ends idle kept-alive connections), and holds at most
+//! [`Limits::max_connections`] open (default: the open-files limit less [`RESERVED_FDS`]);
+//! further connections wait unaccepted in the listen backlog ([`bind`] chooses it, default
+//! [`DEFAULT_BACKLOG`] in `taskgate serve`) until one closes. The [`router`] reads each
+//! body whole before its handler, within [`Limits::body_timeout`] (default 30 s; else 408
+//! `request.timeout` and the connection closes) and [`MAX_BODY_BYTES`] (else 413). An
+//! application that mounts the router in its own server keeps the body timeout and sets the
+//! others in that server.
+//!
 //! **Authentication.** Every request carries `Authorization: Bearer <secret>` of a configured
 //! [`Token`] ([`AdminConfig`]): none or an unknown one is 401, a read token on a mutation 403.
+//! The scheme is case-insensitive (`bearer` works, RFC 7235).
 //! Secrets are compared in constant time. A token bound to an owner
 //! ([`Token::for_owner`]) lists, reads, cancels, resumes and replays only that owner's tasks;
 //! another owner's task answers 404 (never 403, which would confirm it exists), and the
@@ -58,28 +76,36 @@
 //! # async fn demo(broker: Arc<dyn Broker>) -> Result<(), Box<dyn std::error::Error>> {
 //! broker.init(BrokerOptions::default()).await?;
 //! let config = AdminConfig::from_specs(["ops:write=change-me-to-a-long-secret"])?;
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! let listener = taskgate_admin::bind("127.0.0.1:8080", taskgate_admin::DEFAULT_BACKLOG).await?;
 //! taskgate_admin::serve(listener, broker, config, std::future::pending()).await?;
 //! # Ok(()) }
 //! ```
 
 mod auth;
+mod body;
 mod console;
 mod error;
+mod limits;
 pub mod openapi;
 mod routes;
+mod server;
 mod view;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::routing::{get, post};
 use axum::Router;
 use taskgate::Broker;
 
-pub use auth::{AdminConfig, Scope, Token, TokenError, MIN_SECRET_BYTES};
+pub use auth::{split_token_list, AdminConfig, Scope, Token, TokenError, MIN_SECRET_BYTES};
+pub use body::MAX_BODY_BYTES;
 pub use error::ApiError;
+pub use limits::{
+    Limits, DEFAULT_BACKLOG, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, MAX_DEFAULT_CONNECTIONS,
+    RESERVED_FDS,
+};
 pub use routes::{DEFAULT_PER_PAGE, MAX_CHILDREN, MAX_PER_PAGE};
+pub use server::{bind, serve};
 pub use view::{
     AuditPage, AuditView, Encoding, QueueList, QueueView, StatsView, TaskPage, TaskView,
 };
@@ -94,8 +120,10 @@ pub(crate) struct AppState {
 /// The admin API over `broker` (initialised by the caller), accepting `config`'s tokens.
 ///
 /// Paths start with `/api/v1`; unknown paths answer a JSON 404 (`route.not_found`), a known
-/// path with the wrong method a JSON 405.
+/// path with the wrong method a JSON 405. Every request's body is read whole before its
+/// handler runs, within [`Limits::body_timeout`] (else 408) and [`MAX_BODY_BYTES`] (else 413).
 pub fn router(broker: Arc<dyn Broker>, config: AdminConfig) -> Router {
+    let body_timeout = config.limits.body_timeout;
     let state = AppState { broker, config: Arc::new(config) };
     Router::new()
         .route("/api/v1/tasks", get(routes::list_tasks))
@@ -116,16 +144,6 @@ pub fn router(broker: Arc<dyn Broker>, config: AdminConfig) -> Router {
         .route("/console/console.css", get(console::style))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(body_timeout, body::read_within_limits))
         .with_state(state)
-}
-
-/// Serves [`router`] on `listener` until `shutdown` completes (then finishes the requests in
-/// flight and returns).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    broker: Arc<dyn Broker>,
-    config: AdminConfig,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(broker, config)).with_graceful_shutdown(shutdown).await
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -10,6 +10,7 @@ use serde::Deserialize;
 use taskgate::{AdminAction, AdminOutcome, AuditQuery, Filter, ReplayRequest, Status, Task};
 
 use crate::auth::Caller;
+use crate::body::{JsonBody, NoBody};
 use crate::error::ApiError;
 use crate::view::{AuditPage, AuditView, QueueList, QueueView, StatsView, TaskPage, TaskView};
 use crate::AppState;
@@ -177,6 +178,7 @@ pub(crate) async fn cancel_task(
     State(state): State<AppState>,
     caller: Caller,
     Segment(id): Segment,
+    _: NoBody,
 ) -> ApiResult<TaskView> {
     caller.require_write()?;
     taskgate::validate::validate_id(&id)?;
@@ -193,6 +195,7 @@ pub(crate) async fn resume_task(
     State(state): State<AppState>,
     caller: Caller,
     Segment(id): Segment,
+    _: NoBody,
 ) -> ApiResult<TaskView> {
     caller.require_write()?;
     taskgate::validate::validate_id(&id)?;
@@ -217,21 +220,17 @@ pub(crate) struct ReplayBody {
     payload: Option<serde_json::Value>,
 }
 
-#[utoipa::path(post, path = "/api/v1/tasks/{id}/replay", tag = "tasks", params(("id" = String, Path, description = "Task ID")), request_body(content = Option<ReplayBody>, description = "Optional"), responses((status = 201, body = TaskView, description = "The new execution"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/replay", tag = "tasks", params(("id" = String, Path, description = "Task ID")), request_body(content = Option<ReplayBody>, content_type = "application/json", description = "Optional; a body must be sent as `application/json`"), responses((status = 201, body = TaskView, description = "The new execution"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 415, body = ApiError, description = "A body that is not `application/json` (`input.unsupported_media_type`)"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn replay_task(
     State(state): State<AppState>,
     caller: Caller,
     Segment(id): Segment,
-    body: Result<Json<ReplayBody>, JsonRejection>,
+    JsonBody(body): JsonBody<ReplayBody>,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
     caller.require_write()?;
     taskgate::validate::validate_id(&id)?;
-    let body = match body {
-        Ok(Json(b)) => b,
-        // No body (and no JSON content type) means the defaults.
-        Err(JsonRejection::MissingJsonContentType(_)) => ReplayBody::default(),
-        Err(e) => return Err(ApiError::bad_input(format!("body: {}", e.body_text()))),
-    };
+    // No body means the defaults; a body is JSON or refused (415), never ignored.
+    let body = body.unwrap_or_default();
     if caller.owner.is_some() {
         visible(&state, &caller, &id).await?;
     }
@@ -301,6 +300,7 @@ pub(crate) async fn pause_queue(
     State(state): State<AppState>,
     caller: Caller,
     Segment(queue): Segment,
+    _: NoBody,
 ) -> ApiResult<QueueView> {
     queue_action(&state, &caller, queue, true).await
 }
@@ -310,6 +310,7 @@ pub(crate) async fn resume_queue(
     State(state): State<AppState>,
     caller: Caller,
     Segment(queue): Segment,
+    _: NoBody,
 ) -> ApiResult<QueueView> {
     queue_action(&state, &caller, queue, false).await
 }

@@ -110,6 +110,12 @@ async fn auth(s: &Server) {
     assert_eq!((status, body["code"].as_str()), (401, Some("auth.invalid")), "{body}");
     let (status, _) = s.get("/api/v1/tasks", Some(VIEWER)).await;
     assert_eq!(status, 200, "a read token reads");
+    // The scheme is case-insensitive (RFC 7235 §2.1), and may be followed by several spaces.
+    for scheme in ["bearer", "BEARER", "bEaReR ", "Bearer  "] {
+        let (status, body) =
+            s.raw("GET", "/api/v1/tasks", Some(&format!("{scheme} {VIEWER}")), None).await;
+        assert_eq!(status, 200, "{scheme:?}: {body}");
+    }
     for path in [
         "/api/v1/tasks/a1/cancel",
         "/api/v1/tasks/a1/resume",
@@ -230,6 +236,35 @@ async fn bad_input(s: &Server) {
     let (status, body) =
         s.raw("POST", "/api/v1/tasks/d1/replay", Some(OPS), Some(r#"{"force":true}"#)).await;
     assert_eq!((status, body["code"].as_str()), (400, Some("input.invalid")), "{body}");
+    // A replay body is JSON or refused: never ignored for lack of a JSON content type.
+    for content_type in [None, Some("text/plain"), Some("application/x-www-form-urlencoded")] {
+        let body = br#"{"allow_completed": true}"#.to_vec();
+        let (status, answer) =
+            s.request("POST", "/api/v1/tasks/d1/replay", Some(OPS), content_type, body).await;
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (415, Some("input.unsupported_media_type")),
+            "{content_type:?}: {answer}"
+        );
+    }
+    let (_, answer) =
+        s.request("POST", "/api/v1/tasks/d1/replay", Some(OPS), None, b"x".to_vec()).await;
+    insta::assert_json_snapshot!("error_unsupported_media_type", answer);
+    // Endpoints that take no body refuse one rather than ignore it.
+    for path in [
+        "/api/v1/tasks/a1/cancel",
+        "/api/v1/tasks/a1/resume",
+        "/api/v1/queues/mail/pause",
+        "/api/v1/queues/mail/resume",
+    ] {
+        let (status, answer) =
+            s.request("POST", path, Some(OPS), Some("application/json"), b"{}".to_vec()).await;
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (400, Some("input.invalid")),
+            "{path}: {answer}"
+        );
+    }
     let (_, body) = s.get("/api/v1/tasks?status=bogus", Some(OPS)).await;
     insta::assert_json_snapshot!("error_bad_status", body);
 }

@@ -40,6 +40,11 @@ impl Server {
         Server { addr, stop: Some(stop), task }
     }
 
+    /// The server's address.
+    pub(crate) fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
     /// The absolute URL of `path` on this server.
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
@@ -173,6 +178,22 @@ impl Server {
     ) -> (u16, Value) {
         self.raw("POST", path, token, body).await
     }
+}
+
+/// `GET path` with bearer `token` on a new connection to `addr`; the answer's status.
+pub(crate) async fn get_at(addr: std::net::SocketAddr, path: &str, token: &str) -> u16 {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
+    tokio::spawn(conn);
+    let request = Request::builder()
+        .uri(path)
+        .header("host", "test")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = sender.send_request(request).await.expect("response");
+    response.status().as_u16()
 }
 
 /// Runs `scenario` on a fresh initialised broker of `factory`'s backend; skips loudly (or
