@@ -92,6 +92,7 @@ macro_rules! __with_scenarios {
             w44_priority_orders_runs,
             w45_claimed_ahead_requeued_on_shutdown,
             w46_no_claim_ahead_when_off_or_gated,
+            w47_shutdown_reports_blocking_handler,
         }
     };
 }
