@@ -63,6 +63,7 @@ pub struct Builder {
     broker: Arc<dyn Broker>,
     config: Config,
     clock: Option<Arc<dyn Clock>>,
+    local_clock: Option<Arc<dyn Clock>>,
     handlers: Vec<(String, Option<&'static str>, Handler)>,
     periodic: Vec<Periodic>,
     on_state_change: Option<NotifyFn>,
@@ -84,6 +85,18 @@ impl Builder {
     /// PostgreSQL and MySQL.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// The runtime's own clock, when it is not the broker's: heartbeats, the reaper's rounds
+    /// and every wait of the runtime run on it, and the broker gets it as its
+    /// [`local_clock`](taskgate::BrokerOptions::local_clock), which never overrides a
+    /// database server's time or an injected [`Builder::clock`]. Default: the injected clock,
+    /// else the system clock. What is due — leases, delays, periodic ticks — is judged by the
+    /// broker's clock ([`Broker::now`]), so tests use this to run a runtime whose machine
+    /// clock is off from the broker's.
+    pub fn local_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.local_clock = Some(clock);
         self
     }
 
@@ -173,7 +186,13 @@ impl Builder {
         self.check_quota_provider(&config)?;
         self.broker.init(self.broker_options(&config)).await?;
         let gates = self.quota_gates(&consumed)?;
-        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let local = self.local_clock.clone().or_else(|| self.clock.clone());
+        let clock = local.unwrap_or_else(|| Arc::new(SystemClock));
+        // Ticks count from the broker's clock at start (periodic ticks are due by it).
+        let start = match schedules.is_empty() {
+            true => None,
+            false => Some(self.broker.now().await?),
+        };
         let queues: HashMap<String, Arc<QueueRt>> = consumed
             .into_iter()
             .map(|(name, settings)| {
@@ -217,7 +236,7 @@ impl Builder {
             stop_timeout: self.stop_timeout,
             shut_down: AtomicBool::new(false),
         };
-        runtime.spawn_all(rx, completer_cfg.max_batch, completer_cfg.max_wait, schedules);
+        runtime.spawn_all(rx, completer_cfg.max_batch, completer_cfg.max_wait, schedules, start);
         Ok(runtime)
     }
 
@@ -300,8 +319,8 @@ impl Builder {
             throttled_max: config.throttled_max,
             notify: self.on_state_change.clone(),
             clock: self.clock.clone(),
+            local_clock: self.local_clock.clone(),
             max_payload_bytes: self.max_payload_bytes,
-            ..BrokerOptions::default()
         }
     }
 }
@@ -327,6 +346,7 @@ impl Runtime {
             broker,
             config: Config::default(),
             clock: None,
+            local_clock: None,
             handlers: Vec::new(),
             periodic: Vec::new(),
             on_state_change: None,
@@ -348,6 +368,7 @@ impl Runtime {
         max_batch: usize,
         max_wait: Duration,
         schedules: Vec<(Periodic, String)>,
+        start: Option<taskgate::Timestamp>,
     ) {
         let inner = &self.inner;
         let spawn = |tracker: &TaskTracker, fut| spawn_killable(tracker, &inner.kill, fut);
@@ -377,8 +398,7 @@ impl Runtime {
             let ticker = inner.clock.ticker(period);
             spawn(&self.loops, Box::pin(reaper(inner.clone(), ticker)));
         }
-        if !schedules.is_empty() {
-            let start = inner.clock.now_ms();
+        if let Some(start) = start.filter(|_| !schedules.is_empty()) {
             spawn(&self.loops, Box::pin(crate::periodic::run(inner.clone(), schedules, start)));
         }
     }
