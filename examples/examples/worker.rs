@@ -80,8 +80,10 @@ pub(crate) async fn run(db_file: &str, serve: bool) -> Result<Option<usize>, tas
     if serve && total.is_some() {
         shutdown_signal().await; // keep working for other producers until Ctrl-C
     }
-    // Stop claiming, give running handlers 30 s, requeue the rest, flush the acks.
-    runtime.shutdown(Duration::from_secs(30)).await?;
+    // Stop claiming, give running handlers 30 s, requeue the rest, flush the acks. Running
+    // out of grace is no error: the report says what finished and what was requeued.
+    let report = runtime.shutdown(Duration::from_secs(30)).await?;
+    println!("{report}");
     Ok(total)
 }
 

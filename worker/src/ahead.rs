@@ -39,6 +39,7 @@ use tokio_util::task::TaskTracker;
 use crate::claim::{claim_failed, Claim, QueueRt};
 use crate::error::chain_text;
 use crate::inner::{killable, write_with_retry, Inner};
+use crate::shutdown::Ended;
 
 /// Claims in flight at most per queue (one waiting, the others only during a backlog).
 pub(crate) const FEEDERS: usize = 2;
@@ -419,10 +420,18 @@ pub(crate) async fn requeue_held(inner: &Arc<Inner>, q: &Arc<QueueRt>) -> usize 
                 Ok((_, Ok(()))) => {
                     requeued += 1;
                     q.metrics.requeued.increment(1);
+                    inner.ended(Ended::HeldRequeued, 1);
                 }
-                Ok((id, Err(e))) => tracing::warn!(task = %id, error = %chain_text(&e),
-                    "requeue of a held task failed; it runs again after its lease expires"),
-                Err(e) => tracing::error!(error = %e, "a requeue task ended abnormally"),
+                Ok((id, Err(e))) => {
+                    tracing::warn!(task = %id, error = %chain_text(&e),
+                        "requeue of a held task failed; it runs again after its lease expires");
+                    let lost = e.is(ErrorKind::LeaseLost) || e.is(ErrorKind::NotFound);
+                    inner.ended(if lost { Ended::LeaseLost } else { Ended::WriteFailed }, 1);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "a requeue task ended abnormally");
+                    inner.ended(Ended::WriteFailed, 1);
+                }
             }
         }
     }

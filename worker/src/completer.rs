@@ -20,11 +20,14 @@ use tokio_util::sync::CancellationToken;
 use crate::claim::QueueRt;
 use crate::error::chain_text;
 use crate::inner::Inner;
+use crate::shutdown::Ended;
 
 /// One ack waiting for the flush.
 pub(crate) struct Done {
     pub(crate) item: AckItem,
     pub(crate) queue: Arc<QueueRt>,
+    /// The handler returned after shutdown's grace ran out (the shutdown report).
+    pub(crate) after_grace: bool,
 }
 
 /// The sending side kept by the runtime.
@@ -56,12 +59,11 @@ impl Completer {
             },
             Completer::Inline => done,
         };
-        let Done { item, queue } = done;
         let written = crate::inner::write_with_retry("ack", || {
-            inner.broker.ack(&item.id, &item.token, item.result.clone())
+            inner.broker.ack(&done.item.id, &done.item.token, done.item.result.clone())
         })
         .await;
-        record(inner, &queue, &item, written).await;
+        record(inner, &done, written).await;
         inner.finished();
     }
 }
@@ -162,7 +164,7 @@ async fn flush(inner: &Inner, batch: &mut Vec<Done>) {
     match ack_many_with_retry(&*inner.broker, &items).await {
         Ok(results) => {
             for (done, result) in batch.iter().zip(results) {
-                record(inner, &done.queue, &done.item, result).await;
+                record(inner, done, result).await;
             }
         }
         Err(e) => {
@@ -170,6 +172,7 @@ async fn flush(inner: &Inner, batch: &mut Vec<Done>) {
             // run again. Nothing is lost.
             tracing::error!(error = %chain_text(&e), tasks = batch.len(),
                 "batched ack failed; the tasks will run again after their leases expire");
+            inner.ended(Ended::WriteFailed, batch.len());
         }
     }
     batch.clear();
@@ -185,20 +188,29 @@ async fn ack_many_with_retry(
 
 /// Counts one ack's outcome: completed, lost (the reaper owns the task now), or rejected (a
 /// result over the size limit: the task fails at once rather than rerunning forever).
-async fn record(inner: &Inner, queue: &QueueRt, item: &AckItem, result: taskgate::Result<()>) {
+async fn record(inner: &Inner, done: &Done, result: taskgate::Result<()>) {
+    let (queue, item) = (&done.queue, &done.item);
     let id = item.id.as_str();
+    let finished = Ended::Finished { after_grace: done.after_grace };
     match result {
-        Ok(()) => queue.metrics.completed.increment(1),
+        Ok(()) => {
+            queue.metrics.completed.increment(1);
+            inner.ended(finished, 1);
+        }
         Err(e) if e.is(ErrorKind::LeaseLost) || e.is(ErrorKind::NotFound) => {
             queue.metrics.lease_lost.increment(1);
             tracing::warn!(task = id, "ack found the lease lost; the task runs again");
+            inner.ended(Ended::LeaseLost, 1);
         }
         Err(e) if e.is(ErrorKind::InvalidInput) => {
-            crate::execute::reject(inner, queue, id, &item.token, "result", &e).await;
+            if crate::execute::reject(inner, queue, id, &item.token, "result", &e).await {
+                inner.ended(finished, 1);
+            }
         }
         Err(e) => {
             tracing::error!(task = id, error = %chain_text(&e),
                 "ack failed; the task runs again after its lease expires");
+            inner.ended(Ended::WriteFailed, 1);
         }
     }
 }

@@ -27,14 +27,6 @@ pub enum Error {
     /// The runtime was shut down: no more submits, replays or runs.
     #[error("runtime is shut down")]
     Shutdown,
-    /// Shutdown's grace period ran out: the running tasks were interrupted and requeued.
-    #[error(
-        "shutdown grace period elapsed: {interrupted} running task(s) interrupted and requeued"
-    )]
-    ShutdownTimedOut {
-        /// How many executions were interrupted.
-        interrupted: usize,
-    },
     /// [`Client::wait`](crate::Client::wait) on a task that failed or was cancelled.
     #[error("task {id} {status}: {last_error}")]
     TaskFailed {

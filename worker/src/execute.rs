@@ -18,6 +18,7 @@ use crate::error::chain_text;
 use crate::handler::{BoxFuture, CatchUnwind, Handler, Outcome};
 use crate::inner::{write_with_retry, Inner};
 use crate::running::{INTERRUPTED, LEASE_LOST, RELEASED, USER_CANCELLED};
+use crate::shutdown::Ended;
 use crate::{FailureKind, JobContext, JobError};
 
 /// Runs one claimed task to its final write; the slot is freed when this returns.
@@ -61,8 +62,9 @@ async fn no_handler(inner: &Inner, q: &Arc<QueueRt>, task: &Task) {
         inner.broker.fail(&task.id, &task.lease_token, failure.clone())
     })
     .await;
-    if report(q, "fail", &task.id, written) {
+    if report(inner, q, "fail", &task.id, written) {
         q.metrics.failed.increment(1);
+        inner.ended(Ended::Finished { after_grace: false }, 1);
     }
     inner.finished();
 }
@@ -83,6 +85,9 @@ async fn supervise(
     let mut beat: Option<BoxFuture<taskgate::Result<()>>> = None;
     let outcome = loop {
         tokio::select! {
+            // A handler that returned wins over everything else, so its result is written
+            // even when it returns after the stop timeout (it blocked its thread).
+            biased;
             out = &mut handler => break Some(out),
             // Fired only after every execution was interrupted and given the stop timeout.
             () = inner.abandon.cancelled() => break None,
@@ -136,34 +141,39 @@ async fn final_write(
 ) {
     let (exec, task) = (ctx.exec(), ctx.task());
     let (id, token) = (task.id.as_str(), task.lease_token.as_str());
+    let after_grace = exec.has(INTERRUPTED);
+    let finished = Ended::Finished { after_grace };
     if exec.has(LEASE_LOST) {
         q.metrics.lease_lost.increment(1);
         tracing::warn!("lease lost: the reaper owns the task; nothing written");
-        return;
+        return inner.ended(Ended::LeaseLost, 1);
     }
     if exec.has(RELEASED) {
-        return;
+        return inner.ended(finished, 1);
     }
     if exec.has(USER_CANCELLED) && exec.cancel.is_cancelled() {
         let written =
             write_with_retry("finish_canceled", || inner.broker.finish_canceled(id, token));
-        if report(q, "finish_canceled", id, written.await) {
+        if report(inner, q, "finish_canceled", id, written.await) {
             q.metrics.canceled.increment(1);
             tracing::info!("cancelled");
+            inner.ended(finished, 1);
         }
         return inner.finished();
     }
     match outcome {
         Some(Ok(Outcome::Done(result))) => {
             let item = AckItem { id: id.to_owned(), token: token.to_owned(), result };
-            inner.completer.complete(inner, Done { item, queue: q.clone() }).await;
+            let done = Done { item, queue: q.clone(), after_grace };
+            inner.completer.complete(inner, done).await;
         }
-        Some(Ok(Outcome::Step(step))) => save_step(inner, q, task, step).await,
-        _ if exec.has(INTERRUPTED) => {
+        Some(Ok(Outcome::Step(step))) => save_step(inner, q, task, step, finished).await,
+        _ if after_grace => {
             let written = write_with_retry("requeue", || inner.broker.requeue(id, token));
-            if report(q, "requeue", id, written.await) {
+            if report(inner, q, "requeue", id, written.await) {
                 q.metrics.requeued.increment(1);
                 tracing::info!("interrupted by shutdown; requeued");
+                inner.ended(Ended::Requeued, 1);
             }
             inner.finished();
         }
@@ -172,7 +182,7 @@ async fn final_write(
     }
 }
 
-async fn save_step(inner: &Inner, q: &QueueRt, task: &Task, step: taskgate::Step) {
+async fn save_step(inner: &Inner, q: &QueueRt, task: &Task, step: taskgate::Step, ended: Ended) {
     let written = write_with_retry("save_step", || {
         inner.broker.save_step(&task.id, &task.lease_token, step.clone())
     })
@@ -181,13 +191,17 @@ async fn save_step(inner: &Inner, q: &QueueRt, task: &Task, step: taskgate::Step
         Err(e) if e.is(ErrorKind::Canceled) => {
             q.metrics.canceled.increment(1);
             tracing::info!("cancel requested: the step was saved and the task cancelled");
+            inner.ended(ended, 1);
         }
         Err(e) if e.is(ErrorKind::InvalidInput) => {
-            reject(inner, q, &task.id, &task.lease_token, "step", &e).await;
+            if reject(inner, q, &task.id, &task.lease_token, "step", &e).await {
+                inner.ended(ended, 1);
+            }
         }
         written => {
-            if report(q, "save_step", &task.id, written) {
+            if report(inner, q, "save_step", &task.id, written) {
                 q.metrics.steps.increment(1);
+                inner.ended(ended, 1);
             }
         }
     }
@@ -196,6 +210,7 @@ async fn save_step(inner: &Inner, q: &QueueRt, task: &Task, step: taskgate::Step
 
 /// A final write the broker refused as invalid (a result or checkpoint over the limits): the
 /// task fails at once with the reason, instead of running again after every lease expiry.
+/// True when the failure was written.
 pub(crate) async fn reject(
     inner: &Inner,
     q: &QueueRt,
@@ -203,13 +218,15 @@ pub(crate) async fn reject(
     token: &str,
     what: &str,
     e: &taskgate::Error,
-) {
+) -> bool {
     let failure = Failure::skip(format!("{what} rejected: {e}"));
     tracing::warn!(task = id, error = %failure.message, "failed");
     let written = write_with_retry("fail", || inner.broker.fail(id, token, failure.clone())).await;
-    if report(q, "fail", id, written) {
+    let written = report(inner, q, "fail", id, written);
+    if written {
         q.metrics.failed.increment(1);
     }
+    written
 }
 
 /// Classifies a handler error and writes the failure: skip first, then throttled, else a
@@ -233,7 +250,8 @@ async fn fail(inner: &Inner, q: &QueueRt, task: &Task, e: JobError) {
         inner.broker.fail(&task.id, &task.lease_token, failure.clone())
     })
     .await;
-    if report(q, "fail", &task.id, written) {
+    if report(inner, q, "fail", &task.id, written) {
+        inner.ended(Ended::Finished { after_grace: false }, 1);
         if is_final {
             q.metrics.failed.increment(1);
             tracing::warn!(error = %failure.message, "failed");
@@ -245,19 +263,28 @@ async fn fail(inner: &Inner, q: &QueueRt, task: &Task, e: JobError) {
     inner.finished();
 }
 
-/// Logs a failed final write; true when it succeeded. A lost lease means the reaper owns the
-/// task; any other error leaves the task running until its lease expires (it runs again).
-fn report(q: &QueueRt, what: &str, id: &str, written: taskgate::Result<()>) -> bool {
+/// Logs a failed final write (and counts it for the shutdown report); true when it
+/// succeeded. A lost lease means the reaper owns the task; any other error leaves the task
+/// running until its lease expires (it runs again).
+pub(crate) fn report(
+    inner: &Inner,
+    q: &QueueRt,
+    what: &str,
+    id: &str,
+    written: taskgate::Result<()>,
+) -> bool {
     match written {
         Ok(()) => true,
         Err(e) if e.is(ErrorKind::LeaseLost) || e.is(ErrorKind::NotFound) => {
             q.metrics.lease_lost.increment(1);
             tracing::warn!(task = id, "{what} found the lease lost; the reaper owns the task");
+            inner.ended(Ended::LeaseLost, 1);
             false
         }
         Err(e) => {
             tracing::error!(task = id, error = %chain_text(&e),
                 "{what} failed; the task runs again after its lease expires");
+            inner.ended(Ended::WriteFailed, 1);
             false
         }
     }

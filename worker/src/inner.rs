@@ -15,6 +15,7 @@ use crate::completer::Completer;
 use crate::config::Resolved;
 use crate::handler::Handler;
 use crate::running::Running;
+use crate::shutdown::{Ended, Tally};
 
 /// Business-retry delay for claim-time attempts `n`.
 pub(crate) type RetryDelay = Arc<dyn Fn(u32) -> Duration + Send + Sync>;
@@ -38,12 +39,21 @@ pub(crate) struct Inner {
     pub(crate) retry_delay: RetryDelay,
     /// Bumped after every local final write, so local `wait`s return at once.
     pub(crate) finished_tx: watch::Sender<u64>,
+    /// How the executions that ended once shutdown began ended (the shutdown report).
+    pub(crate) tally: Tally,
 }
 
 impl Inner {
     /// Wakes local `wait`s: a task may have reached a final status.
     pub(crate) fn finished(&self) {
         self.finished_tx.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Counts `n` endings of kind `ended` for the shutdown report, once shutdown began.
+    pub(crate) fn ended(&self, ended: Ended, n: usize) {
+        if self.shutting_down.is_cancelled() {
+            self.tally.add(ended, n);
+        }
     }
 
     /// A retryable failure due `delay` from now. The broker adds the delay to its own clock

@@ -45,6 +45,23 @@
 //! shutdown that ran out of time runs it again; use [`JobContext::id`] as the idempotency key
 //! of side effects). Metrics names are in [`metric_names`]; every execution runs in a
 //! `taskgate.task` tracing span with its kind, queue, ID and attempt.
+//!
+//! **Blocking handlers.** A handler is a future polled on one of the tokio runtime's threads.
+//! A handler that blocks that thread — `std::thread::sleep`, blocking file or network I/O, a
+//! long computation with no `.await` — holds it until it returns: its own heartbeats stop (a
+//! block longer than the lease TTL loses the lease and the task runs again elsewhere), its
+//! cancellation token goes unseen, and [`Runtime::shutdown`] can neither cancel nor drop it,
+//! so shutdown waits for it however short the grace and the stop timeout (its result is then
+//! written, and the [`ShutdownReport`] counts it as finished after the grace). Run blocking
+//! work with `tokio::task::spawn_blocking(..).await` and keep the handler itself async:
+//!
+//! ```
+//! # use taskgate_worker::{JobContext, JobError};
+//! async fn checksum(path: String, _ctx: JobContext) -> Result<u64, JobError> {
+//!     let bytes = tokio::task::spawn_blocking(move || std::fs::read(path)).await??;
+//!     Ok(bytes.iter().map(|b| u64::from(*b)).sum())
+//! }
+//! ```
 
 mod ahead;
 mod claim;
@@ -62,6 +79,7 @@ mod obs;
 mod periodic;
 mod running;
 mod runtime;
+mod shutdown;
 
 pub use client::{Client, Group, QueueStats, WAIT_POLL};
 pub use config::{CompleterConfig, Config, QueueConfig, DEFAULT_PREFETCH};
@@ -72,4 +90,5 @@ pub use job::{Job, JobId, SubmitOptions, DEFAULT_MAX_RETRY};
 pub use obs::names as metric_names;
 pub use periodic::Periodic;
 pub use runtime::{shutdown_signal, Builder, Runtime, DEFAULT_STOP_TIMEOUT};
+pub use shutdown::ShutdownReport;
 pub use taskgate::Step;

@@ -1,14 +1,18 @@
-//! Periodic (cron) jobs that run once per tick however many processes schedule them: each
-//! tick's execution is submitted with the business key `periodic:<name>:<tick unix ms>`, so
-//! the first process to submit it wins and the others get `TaskExists`.
+//! Periodic (cron) jobs that run once per tick however many processes schedule them: a tick
+//! is due by the broker's clock (not the process's own, which may be off), and its execution
+//! is submitted with the business key `periodic:<name>:<tick unix ms>` — the tick's own time,
+//! the same in every process — so the first process to submit it wins and the others get
+//! `TaskExists`.
 
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use taskgate::{ErrorKind, Task, Timestamp};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::chain_text;
 use crate::inner::{write_with_retry, Inner};
@@ -23,8 +27,9 @@ const MAX_CATCH_UP: usize = 100;
 ///
 /// Patterns have 5 fields (`min hour dom month dow`) or 6 with seconds first, plus `L`, `W`,
 /// `#` and `@daily`-style nicknames; ticks are computed in the schedule's time zone (UTC
-/// unless [`Periodic::time_zone`] says otherwise). Ticks before the runtime started are not
-/// back-filled.
+/// unless [`Periodic::time_zone`] says otherwise) and are due by the broker's clock
+/// ([`Broker::now`](taskgate::Broker::now)), whatever the process's own clock says. Ticks
+/// before the runtime started are not back-filled.
 ///
 /// ```
 /// use serde::{Deserialize, Serialize};
@@ -128,32 +133,69 @@ impl std::fmt::Debug for Periodic {
     }
 }
 
-/// The scheduler task: sleeps on the runtime's clock until the next tick of any schedule and
-/// submits every tick that came due, until shutdown.
-/// Ticks after `start` (when the runtime started) count.
+/// How long the scheduler waits (on the runtime's clock) before reading the broker's clock
+/// again after reading it failed.
+const CLOCK_RETRY: Duration = Duration::from_secs(1);
+
+/// The scheduler task: submits every tick that came due by the broker's clock
+/// ([`Broker::now`](taskgate::Broker::now), the clock leases are judged by), and between ticks
+/// sleeps on the runtime's clock for as long as the broker's clock needs to reach the next
+/// one, so a runtime whose own clock is off neither runs ticks early nor late. Ticks after
+/// `start` (the broker's clock when the runtime started) count. Stops at shutdown.
 pub(crate) async fn run(inner: Arc<Inner>, schedules: Vec<(Periodic, String)>, start: Timestamp) {
     let mut last: Vec<Timestamp> = vec![start; schedules.len()];
     let stop = inner.shutting_down.clone();
     loop {
         let next = schedules.iter().zip(&last).filter_map(|((p, _), l)| p.next_tick(*l)).min();
         let Some(next) = next else { return };
-        let now = inner.clock.now_ms();
-        if next > now {
-            let sleep = inner.clock.sleep(next.duration_since(now));
-            // The clock may have moved between reading it and registering the sleep.
-            if inner.clock.now_ms() < next {
-                tokio::select! {
-                    () = sleep => {}
-                    () = stop.cancelled() => return,
+        let local = inner.clock.now_ms();
+        let now = tokio::select! {
+            now = inner.broker.now() => now,
+            () = stop.cancelled() => return,
+        };
+        let now = match now {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(error = %chain_text(&e), "periodic: reading the broker's clock failed");
+                match sleep_until(&inner, &stop, local.saturating_add(CLOCK_RETRY)).await {
+                    true => continue,
+                    false => return,
                 }
             }
-            continue;
+        };
+        if next > now {
+            // Read before the broker's clock, so the wake-up is early rather than late.
+            let wake = local.saturating_add(next.duration_since(now));
+            match sleep_until(&inner, &stop, wake).await {
+                true => continue,
+                false => return,
+            }
         }
         for ((periodic, queue), last) in schedules.iter().zip(last.iter_mut()) {
             for tick in due_ticks(periodic, *last, now) {
                 submit(&inner, periodic, queue, tick).await;
                 *last = tick;
             }
+        }
+    }
+}
+
+/// Sleeps on the runtime's clock until it reads `wake`; false when shutdown began first.
+async fn sleep_until(inner: &Inner, stop: &CancellationToken, wake: Timestamp) -> bool {
+    loop {
+        let local = inner.clock.now_ms();
+        if local >= wake {
+            return true;
+        }
+        let sleep = inner.clock.sleep(wake.duration_since(local));
+        // The clock moved between reading it and registering the sleep, which would then end
+        // late by as much: plan again.
+        if inner.clock.now_ms() != local {
+            continue;
+        }
+        tokio::select! {
+            () = sleep => return true,
+            () = stop.cancelled() => return false,
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::config::{QueueSettings, Resolved};
 use crate::error::chain_text;
 use crate::handler::{self, Handler, Stepped};
 use crate::inner::{killable, Inner, RetryDelay};
-use crate::{Client, Config, Error, Job, JobContext, JobError, Periodic, Result};
+use crate::{Client, Config, Error, Job, JobContext, JobError, Periodic, Result, ShutdownReport};
 
 /// How long handlers get to return after shutdown cancelled them before they are dropped.
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -63,6 +63,7 @@ pub struct Builder {
     broker: Arc<dyn Broker>,
     config: Config,
     clock: Option<Arc<dyn Clock>>,
+    local_clock: Option<Arc<dyn Clock>>,
     handlers: Vec<(String, Option<&'static str>, Handler)>,
     periodic: Vec<Periodic>,
     on_state_change: Option<NotifyFn>,
@@ -84,6 +85,18 @@ impl Builder {
     /// PostgreSQL and MySQL.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// The runtime's own clock, when it is not the broker's: heartbeats, the reaper's rounds
+    /// and every wait of the runtime run on it, and the broker gets it as its
+    /// [`local_clock`](taskgate::BrokerOptions::local_clock), which never overrides a
+    /// database server's time or an injected [`Builder::clock`]. Default: the injected clock,
+    /// else the system clock. What is due — leases, delays, periodic ticks — is judged by the
+    /// broker's clock ([`Broker::now`]), so tests use this to run a runtime whose machine
+    /// clock is off from the broker's.
+    pub fn local_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.local_clock = Some(clock);
         self
     }
 
@@ -149,7 +162,9 @@ impl Builder {
     }
 
     /// How long handlers get to return after shutdown's grace ran out and cancelled them;
-    /// then their futures are dropped and their tasks requeued (default 5 s).
+    /// then their futures are dropped and their tasks requeued (default 5 s). A handler that
+    /// blocks its thread (`std::thread::sleep`, blocking I/O without `spawn_blocking`) can be
+    /// neither cancelled nor dropped: shutdown waits until it returns.
     pub fn stop_timeout(mut self, timeout: Duration) -> Self {
         self.stop_timeout = timeout;
         self
@@ -171,7 +186,13 @@ impl Builder {
         self.check_quota_provider(&config)?;
         self.broker.init(self.broker_options(&config)).await?;
         let gates = self.quota_gates(&consumed)?;
-        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let local = self.local_clock.clone().or_else(|| self.clock.clone());
+        let clock = local.unwrap_or_else(|| Arc::new(SystemClock));
+        // Ticks count from the broker's clock at start (periodic ticks are due by it).
+        let start = match schedules.is_empty() {
+            true => None,
+            false => Some(self.broker.now().await?),
+        };
         let queues: HashMap<String, Arc<QueueRt>> = consumed
             .into_iter()
             .map(|(name, settings)| {
@@ -204,6 +225,7 @@ impl Builder {
             completer,
             retry_delay,
             finished_tx: watch::Sender::new(0),
+            tally: Default::default(),
         });
         let runtime = Runtime {
             inner: inner.clone(),
@@ -214,7 +236,7 @@ impl Builder {
             stop_timeout: self.stop_timeout,
             shut_down: AtomicBool::new(false),
         };
-        runtime.spawn_all(rx, completer_cfg.max_batch, completer_cfg.max_wait, schedules);
+        runtime.spawn_all(rx, completer_cfg.max_batch, completer_cfg.max_wait, schedules, start);
         Ok(runtime)
     }
 
@@ -297,8 +319,8 @@ impl Builder {
             throttled_max: config.throttled_max,
             notify: self.on_state_change.clone(),
             clock: self.clock.clone(),
+            local_clock: self.local_clock.clone(),
             max_payload_bytes: self.max_payload_bytes,
-            ..BrokerOptions::default()
         }
     }
 }
@@ -324,6 +346,7 @@ impl Runtime {
             broker,
             config: Config::default(),
             clock: None,
+            local_clock: None,
             handlers: Vec::new(),
             periodic: Vec::new(),
             on_state_change: None,
@@ -345,6 +368,7 @@ impl Runtime {
         max_batch: usize,
         max_wait: Duration,
         schedules: Vec<(Periodic, String)>,
+        start: Option<taskgate::Timestamp>,
     ) {
         let inner = &self.inner;
         let spawn = |tracker: &TaskTracker, fut| spawn_killable(tracker, &inner.kill, fut);
@@ -374,8 +398,7 @@ impl Runtime {
             let ticker = inner.clock.ticker(period);
             spawn(&self.loops, Box::pin(reaper(inner.clone(), ticker)));
         }
-        if !schedules.is_empty() {
-            let start = inner.clock.now_ms();
+        if let Some(start) = start.filter(|_| !schedules.is_empty()) {
             spawn(&self.loops, Box::pin(crate::periodic::run(inner.clone(), schedules, start)));
         }
     }
@@ -383,11 +406,19 @@ impl Runtime {
     /// Stops gracefully (runtime spec §12.5): no more claims, submits or reaps; tasks claimed
     /// ahead that no handler started are requeued with no counter changed; running
     /// handlers get `grace` to finish (their results are written); then the rest are
-    /// cancelled and requeued with no counter changed ([`Error::ShutdownTimedOut`]); acks are
-    /// flushed. A second call returns `Ok` at once. The broker stays open (it is yours).
-    pub async fn shutdown(&self, grace: Duration) -> Result<()> {
+    /// cancelled: one that still returns success is acked, the others are requeued with no
+    /// counter changed, and those still running after the
+    /// [stop timeout](Builder::stop_timeout) are dropped and requeued; acks are flushed.
+    ///
+    /// Running out of grace is an ordinary outcome, not an error: the [`ShutdownReport`]
+    /// counts what happened to each execution (finished, finished after the grace, requeued,
+    /// lease lost, final write failed). A handler that blocks its thread cannot be cancelled
+    /// or dropped, so shutdown waits for it (it holds one of the tokio runtime's threads):
+    /// run blocking work in `tokio::task::spawn_blocking` and await it. A second call returns
+    /// an empty report at once. The broker stays open (it is yours).
+    pub async fn shutdown(&self, grace: Duration) -> Result<ShutdownReport> {
         if self.shut_down.swap(true, Ordering::SeqCst) {
-            return Ok(());
+            return Ok(ShutdownReport::default());
         }
         self.inner.shutting_down.cancel();
         self.loops.close();
@@ -397,12 +428,14 @@ impl Runtime {
         }
         self.execs.close();
         let graceful = tokio::time::timeout(grace, self.execs.wait()).await.is_ok();
-        let mut interrupted = 0;
         if !graceful {
-            interrupted = self.inner.running.interrupt_all();
-            tracing::warn!(interrupted, "shutdown grace elapsed; interrupting running tasks");
+            let running = self.inner.running.interrupt_all();
+            tracing::warn!(running, "shutdown grace elapsed; cancelling running handlers");
             if tokio::time::timeout(self.stop_timeout, self.execs.wait()).await.is_err() {
-                tracing::warn!("handlers ignored cancellation; dropping them");
+                tracing::warn!(
+                    "handlers ignored cancellation; dropping them (one that blocks its thread \
+                     cannot be dropped: shutdown waits until it returns)"
+                );
                 self.inner.abandon.cancel();
                 self.execs.wait().await;
             }
@@ -410,14 +443,14 @@ impl Runtime {
         self.completer_stop.cancel();
         self.completer_task.close();
         self.completer_task.wait().await;
-        match graceful {
-            true => Ok(()),
-            false => Err(Error::ShutdownTimedOut { interrupted }),
-        }
+        let report = self.inner.tally.report(!graceful);
+        tracing::info!(%report, "shut down");
+        Ok(report)
     }
 
-    /// Runs until SIGINT or SIGTERM (Ctrl-C), then shuts down with `grace`.
-    pub async fn run_until_signal(self, grace: Duration) -> Result<()> {
+    /// Runs until SIGINT or SIGTERM (Ctrl-C), then shuts down with `grace` and returns what
+    /// shutdown did (see [`Runtime::shutdown`]).
+    pub async fn run_until_signal(self, grace: Duration) -> Result<ShutdownReport> {
         shutdown_signal().await;
         tracing::info!("signal received; shutting down");
         self.shutdown(grace).await
@@ -475,8 +508,9 @@ async fn reaper(inner: Arc<Inner>, mut ticker: Ticker) {
 /// ```no_run
 /// # async fn demo(runtime: taskgate_worker::Runtime) -> taskgate_worker::Result<()> {
 /// taskgate_worker::shutdown_signal().await;
-/// runtime.shutdown(std::time::Duration::from_secs(30)).await
-/// # }
+/// let report = runtime.shutdown(std::time::Duration::from_secs(30)).await?;
+/// println!("{report}");
+/// # Ok(()) }
 /// ```
 pub async fn shutdown_signal() {
     let ctrl_c = async {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use brokertest::{CaseResult, Factory, Outcome, Unavailable};
 use taskgate::BoxFuture;
 
-pub use world::{eventually, task_until, within, TestResult, World, DEADLINE};
+pub use world::{eventually, task_until, within, SkewedClock, TestResult, World, DEADLINE};
 
 /// One scenario: its stable name and how to run it.
 #[derive(Clone, Copy)]
@@ -92,6 +92,9 @@ macro_rules! __with_scenarios {
             w44_priority_orders_runs,
             w45_claimed_ahead_requeued_on_shutdown,
             w46_no_claim_ahead_when_off_or_gated,
+            w47_shutdown_reports_blocking_handler,
+            w48_periodic_due_by_broker_clock,
+            w49_periodic_skewed_runtimes_once_per_tick,
         }
     };
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use brokertest::{Factory, Storage};
-use taskgate::{BoxError, Broker, Clock, ManualClock, Task};
+use taskgate::{BoxError, BoxFuture, Broker, Clock, ManualClock, Task, Ticker};
 use taskgate_worker::{Builder, Client, Runtime};
 
 /// The longest any single wait in a scenario may take before it fails (a hang detector, not
@@ -62,6 +62,18 @@ impl World {
         Ok(tune(self.builder().await?).start().await?)
     }
 
+    /// Starts a runtime whose own clock is `skew_ms` milliseconds ahead of the world's
+    /// manual clock (behind when negative), as on a machine whose clock is off; its broker
+    /// keeps the world's clock.
+    pub async fn start_skewed(
+        &self,
+        skew_ms: i64,
+        tune: impl FnOnce(Builder) -> Builder,
+    ) -> TestResult<Runtime> {
+        let local = SkewedClock { base: self.manual_clock().clone(), skew_ms };
+        Ok(tune(self.builder().await?.local_clock(Arc::new(local))).start().await?)
+    }
+
     /// Moves the manual clock.
     pub fn advance(&self, d: Duration) {
         self.manual_clock().advance(d);
@@ -87,6 +99,34 @@ impl World {
             handle.close().await?;
         }
         self.storage.cleanup().await
+    }
+}
+
+/// A clock `skew_ms` milliseconds ahead of a manual clock (behind when negative): it reads
+/// the manual clock's time plus the skew; sleeps and tickers are the manual clock's, so
+/// durations agree and advancing the manual clock moves both.
+#[derive(Clone, Debug)]
+pub struct SkewedClock {
+    base: ManualClock,
+    skew_ms: i64,
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> std::time::SystemTime {
+        let base = self.base.now();
+        let skew = Duration::from_millis(self.skew_ms.unsigned_abs());
+        match self.skew_ms >= 0 {
+            true => base.checked_add(skew).unwrap_or(base),
+            false => base.checked_sub(skew).unwrap_or(std::time::UNIX_EPOCH),
+        }
+    }
+
+    fn sleep(&self, d: Duration) -> BoxFuture<'static, ()> {
+        self.base.sleep(d)
+    }
+
+    fn ticker(&self, period: Duration) -> Ticker {
+        self.base.ticker(period)
     }
 }
 

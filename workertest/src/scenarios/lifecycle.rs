@@ -14,8 +14,9 @@ use taskgate_worker::{
 use crate::jobs::{Calls, Echo, Gate, Stage, Tick, Work};
 use crate::{eventually, task_until, within, World};
 
-/// Three running handlers finish within the grace period: shutdown is `Ok`, every result is
-/// written (the batched completer is flushed), nothing is left running.
+/// Three running handlers finish within the grace period: shutdown is `Ok` and reports 3
+/// finished, every result is written (the batched completer is flushed), nothing is left
+/// running.
 pub async fn w26_shutdown_graceful(factory: &dyn Factory) -> CaseResult {
     let world = World::new(factory).await?;
     let gate = Gate::default();
@@ -45,7 +46,10 @@ pub async fn w26_shutdown_graceful(factory: &dyn Factory) -> CaseResult {
         tokio::time::sleep(Duration::from_millis(50)).await;
         gate.open();
     });
-    stopped?;
+    let report = stopped?;
+    assert!(!report.grace_elapsed, "{report:?}");
+    assert_eq!((report.finished, report.finished_after_grace, report.requeued), (3, 0, 0));
+    assert_eq!(report.to_string(), "shutdown: 3 finished");
     for (n, id) in (1..=3).zip(&ids) {
         let t = client.get(id.as_str()).await?;
         assert_eq!(t.status, Status::Completed, "flushed at shutdown");
@@ -56,9 +60,10 @@ pub async fn w26_shutdown_graceful(factory: &dyn Factory) -> CaseResult {
     world.finish().await
 }
 
-/// Shutdown with 300 ms grace while two handlers run: `ShutdownTimedOut`; the handler that
-/// fails when cancelled is requeued with counters and `run_at` unchanged; the one that still
-/// returns success is acked.
+/// Shutdown with 300 ms grace while two handlers run: `Ok`, reporting the grace elapsed; the
+/// handler that fails when cancelled is requeued with counters and `run_at` unchanged; the one
+/// that still returns success is acked — one requeued and one finished after the grace.
+/// Running out of grace is reported, never an error.
 pub async fn w27_shutdown_timeout_requeues(factory: &dyn Factory) -> CaseResult {
     let world = World::new(factory).await?;
     let config = Config::new()
@@ -97,8 +102,15 @@ pub async fn w27_shutdown_timeout_requeues(factory: &dyn Factory) -> CaseResult 
         task_until(&client, id, "running", |t| t.status == Status::Running).await?;
     }
     eventually("both handlers started", || async { Ok(started.get() == 2) }).await?;
-    let stopped = rt.shutdown(Duration::from_millis(300)).await;
-    assert!(matches!(stopped, Err(Error::ShutdownTimedOut { interrupted: 2 })), "{stopped:?}");
+    let report = rt.shutdown(Duration::from_millis(300)).await?;
+    assert!(report.grace_elapsed, "{report:?}");
+    assert_eq!((report.finished, report.finished_after_grace, report.requeued), (0, 1, 1));
+    assert_eq!((report.held_requeued, report.lease_lost, report.write_failed), (0, 0, 0));
+    assert_eq!(
+        report.to_string(),
+        "shutdown: 0 finished, 1 finished after the grace period, 1 interrupted and requeued \
+         (grace period elapsed)"
+    );
     let t = client.get(work.as_str()).await?;
     assert_eq!(t.status, Status::Pending);
     assert_eq!((t.attempts, t.lease_lost, t.throttled), (0, 0, 0));
@@ -277,5 +289,38 @@ pub async fn w42_config_errors(factory: &dyn Factory) -> CaseResult {
         .start()
         .await;
     assert!(matches!(no_queue, Err(Error::UnknownQueue(q)) if q == "echo"));
+    world.finish().await
+}
+
+/// A handler that blocks its thread (`std::thread::sleep`, not `.await`) past the grace
+/// period and the stop timeout cannot be interrupted or dropped: shutdown waits for it, and
+/// when it returns success its result is acked. The report says so — one finished after the
+/// grace, none requeued — and the task is completed with its result.
+pub async fn w47_shutdown_reports_blocking_handler(factory: &dyn Factory) -> CaseResult {
+    let world = World::new(factory).await?;
+    let started = Calls::default();
+    let s = started.clone();
+    let config = Config::new().queue("work", QueueConfig::workers(1));
+    let rt = world
+        .start(move |b| {
+            b.config(config).stop_timeout(Duration::from_millis(100)).register(
+                move |job: Work, _ctx: JobContext| {
+                    s.hit();
+                    // Blocks this runtime thread: no `.await` point, so no cancellation.
+                    std::thread::sleep(Duration::from_millis(1_500));
+                    async move { Ok::<_, JobError>(job.n * 2) }
+                },
+            )
+        })
+        .await?;
+    let client = rt.client();
+    let id = client.submit(Work { n: 21 }).await?;
+    eventually("the blocking handler started", || async { Ok(started.get() == 1) }).await?;
+    let report = within("shutdown", rt.shutdown(Duration::from_millis(200))).await??;
+    let t = client.get(id.as_str()).await?;
+    assert_eq!((t.status, t.result.as_deref()), (Status::Completed, Some(&b"42"[..])));
+    assert!(report.grace_elapsed, "{report:?}");
+    assert_eq!((report.finished, report.finished_after_grace, report.requeued), (0, 1, 0));
+    assert_eq!((report.lease_lost, report.write_failed), (0, 0), "{report:?}");
     world.finish().await
 }

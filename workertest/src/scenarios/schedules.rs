@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use brokertest::{CaseResult, Factory};
-use taskgate::{Filter, Status, Step};
+use taskgate::{Clock, Filter, ManualClock, Status, Step, Timestamp};
 use taskgate_worker::{
     Config, JobContext, JobError, Periodic, QueueConfig, Stepped, SubmitOptions,
 };
@@ -49,6 +49,94 @@ pub async fn w36_periodic_once_per_tick(factory: &dyn Factory) -> CaseResult {
     let keys: BTreeSet<&str> = done.iter().map(|t| t.business_key.as_str()).collect();
     assert_eq!((done.len(), keys.len(), calls.get()), (10, 10, 10), "{keys:?}");
     assert!(keys.iter().all(|k| k.starts_with("periodic:every-second:")));
+    world.finish().await
+}
+
+/// The keys of ticks 1..=n of the every-second schedule `name`, from the contract epoch.
+fn tick_keys(name: &str, n: u64) -> BTreeSet<String> {
+    let epoch = ManualClock::at_contract_epoch().now_ms();
+    (1..=n)
+        .map(|k| {
+            let tick = epoch.saturating_add(Duration::from_secs(k));
+            format!("periodic:{name}:{}", tick.as_millis())
+        })
+        .collect()
+}
+
+/// Advances the world's clock one second at a time for `n` ticks; after each, exactly the
+/// ticks due by the broker's clock exist, and all of them completed.
+async fn run_ticks(world: &World, client: &taskgate_worker::Client, n: u64) -> CaseResult {
+    let ticks = Filter { task_type: "tick".into(), ..Filter::default() };
+    for tick in 1..=n {
+        world.advance(Duration::from_secs(1));
+        let expected = usize::try_from(tick)?;
+        eventually(&format!("tick {tick} ran, no other"), || async {
+            let done = client.list(&ticks).await?;
+            Ok(done.len() == expected && done.iter().all(|t| t.status == Status::Completed))
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// A runtime whose own clock runs 90 s ahead of the broker's submits each tick of an
+/// every-second schedule when it is due by the broker's clock (`Broker::now`), not 90 s
+/// early: after each second of the broker's clock exactly that tick exists and ran, keyed
+/// and scheduled (`run_at`) at the tick's own time.
+pub async fn w48_periodic_due_by_broker_clock(factory: &dyn Factory) -> CaseResult {
+    let world = World::manual(factory).await?;
+    let calls = Calls::default();
+    let c = calls.clone();
+    let schedule = Periodic::new("ahead", "* * * * * *", Tick)?;
+    let rt = world
+        .start_skewed(90_000, move |b| {
+            b.periodic(schedule).register(move |_job: Tick, _ctx| {
+                c.hit();
+                async { Ok::<_, JobError>(()) }
+            })
+        })
+        .await?;
+    let client = rt.client();
+    run_ticks(&world, &client, 5).await?;
+    rt.shutdown(Duration::from_secs(5)).await?;
+    let done = client.list(&Filter { task_type: "tick".into(), ..Filter::default() }).await?;
+    let keys: BTreeSet<String> = done.iter().map(|t| t.business_key.clone()).collect();
+    assert_eq!(keys, tick_keys("ahead", 5), "one execution per tick, keyed by the tick");
+    for t in &done {
+        let at = t.business_key.rsplit(':').next().ok_or("no tick in the key")?;
+        assert_eq!(t.run_at, Timestamp::from_millis(at.parse()?), "run_at is the tick");
+    }
+    assert_eq!(calls.get(), 5);
+    world.finish().await
+}
+
+/// Three runtimes whose clocks are off from the broker's by +250 ms, −1.7 s and +3 s run one
+/// every-second schedule for 10 seconds of the broker's clock: exactly 10 executions, one
+/// per tick, keyed by the tick's own time — none early, none twice.
+pub async fn w49_periodic_skewed_runtimes_once_per_tick(factory: &dyn Factory) -> CaseResult {
+    let world = World::manual(factory).await?;
+    let calls = Calls::default();
+    let mut runtimes = Vec::new();
+    for skew_ms in [250, -1_700, 3_000] {
+        let c = calls.clone();
+        let schedule = Periodic::new("skewed", "* * * * * *", Tick)?;
+        let tune = move |b: taskgate_worker::Builder| {
+            b.periodic(schedule).register(move |_job: Tick, _ctx| {
+                c.hit();
+                async { Ok::<_, JobError>(()) }
+            })
+        };
+        runtimes.push(world.start_skewed(skew_ms, tune).await?);
+    }
+    let client = runtimes[0].client();
+    run_ticks(&world, &client, 10).await?;
+    for rt in &runtimes {
+        rt.shutdown(Duration::from_secs(5)).await?;
+    }
+    let done = client.list(&Filter { task_type: "tick".into(), ..Filter::default() }).await?;
+    let keys: BTreeSet<String> = done.iter().map(|t| t.business_key.clone()).collect();
+    assert_eq!((done.len(), calls.get()), (10, 10), "{keys:?}");
+    assert_eq!(keys, tick_keys("skewed", 10));
     world.finish().await
 }
 
