@@ -295,6 +295,7 @@ macro_rules! __with_cases {
             c52_queue_stats,
             c53_list_children,
             c54_enqueue_wakes_enough_waiters,
+            c55_nul_in_arguments,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

@@ -181,7 +181,8 @@ pub fn record_for(
 }
 
 /// Checks the actor and the action's arguments before anything is attempted: an actor is 1 to
-/// 255 bytes; ids and queues follow the contract's name rules.
+/// 255 bytes without control characters (a NUL included, contract §E7.3); ids and queues
+/// follow the contract's name rules.
 pub fn validate_action(
     actor: &str,
     action: &AdminAction,
@@ -189,6 +190,9 @@ pub fn validate_action(
 ) -> crate::Result<()> {
     if actor.is_empty() || actor.len() > 255 {
         return Err(Error::invalid("actor", "must be 1 to 255 bytes"));
+    }
+    if let Some(pos) = actor.chars().position(char::is_control) {
+        return Err(Error::invalid("actor", format!("control character at position {pos}")));
     }
     match action {
         AdminAction::Cancel { id } | AdminAction::Resume { id } => crate::validate::validate_id(id),

@@ -488,7 +488,7 @@ impl Broker for SqlBroker {
             .iter()
             .zip(&outcomes)
             .filter(|(_, o)| o.is_none())
-            .map(|(i, _)| i.clone())
+            .map(|(i, _)| no_nul_token(i))
             .collect();
         let results = match (valid.is_empty(), self.combines()) {
             (true, _) => Vec::new(),
@@ -507,6 +507,7 @@ impl Broker for SqlBroker {
     async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_id(id)?;
+        validate::validate_failure(&failure)?;
         let done = (self.core.tx(&opts, "fail"))
             .run(&(id, token, &failure), |tx, &(id, token, failure)| {
                 Box::pin(finish::fail(tx, id, token, failure))
@@ -965,4 +966,15 @@ impl SqlBroker {
     pub(crate) fn ack_chunk(&self) -> usize {
         (self.core.dialect.max_params() / 4).clamp(1, 1_000)
     }
+}
+
+/// `item`, with a token holding a NUL replaced by the empty token: no lease token holds one
+/// (contract §E7.3), so it is answered as any token that is not the current one (`LeaseLost`,
+/// or `NotFound` for an unknown ID) without being sent to a server whose text cannot carry it.
+fn no_nul_token(item: &AckItem) -> AckItem {
+    let mut item = item.clone();
+    if validate::has_nul(&item.token) {
+        item.token.clear();
+    }
+    item
 }

@@ -17,6 +17,7 @@ mod lifecycle;
 mod limits;
 mod names;
 mod notify;
+mod nul;
 mod outcomes;
 mod pause;
 mod priority;
@@ -45,6 +46,7 @@ pub use lifecycle::c30_lifecycle;
 pub use limits::{c27_input_limits, c36_payload_limits};
 pub use names::c35_names_by_bytes;
 pub use notify::c17_notify;
+pub use nul::c55_nul_in_arguments;
 pub use outcomes::{
     c06_ack_fail, c08_stale_token, c15_requeue_no_count, c16_illegal_transition, c46_retry_budget,
 };
