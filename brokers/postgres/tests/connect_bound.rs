@@ -1,7 +1,7 @@
 //! How long connecting may take (issue 38): a refused connection is reported at once with its
-//! cause by `connect`, by `init` after `connect_lazy`, and by `init` after `connect`; a server
-//! that accepts TCP and never answers is given up after the configured connect timeout, with
-//! an error that names that timeout. Both on real sockets: a port bound and released (nothing
+//! cause by `connect` and by `init` after `connect_lazy` (again when repeated), and `close`
+//! does not wait; a server that accepts TCP and never answers is given up after the configured
+//! connect timeout by both, with an error that names that timeout. Both on real sockets: a port bound and released (nothing
 //! listens), and a listener that accepts and never writes.
 
 use std::time::{Duration, Instant};
