@@ -308,6 +308,7 @@ macro_rules! __with_cases {
             c52_queue_stats,
             c53_list_children,
             c54_enqueue_wakes_enough_waiters,
+            c55_nul_in_arguments,
             c56_audit_order_follows_changes,
             c57_failing_call_spares_its_neighbours,
             q1_quota_hard_limit,

@@ -181,7 +181,8 @@ pub fn record_for(
 }
 
 /// Checks the actor and the action's arguments before anything is attempted: an actor is 1 to
-/// 255 bytes without control characters; ids and queues follow the contract's name rules.
+/// 255 bytes without control characters (a NUL included, contract §E7.3); ids and queues
+/// follow the contract's name rules.
 pub fn validate_action(
     actor: &str,
     action: &AdminAction,

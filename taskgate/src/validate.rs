@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::task::{MAX_PRIORITY, MIN_PRIORITY};
-use crate::{AckItem, Error, QueueList, ReplayRequest, Result, Status, Step, Task};
+use crate::{AckItem, Error, Failure, QueueList, ReplayRequest, Result, Status, Step, Task};
 
 /// Longest id, type, queue, business key or owner, in Unicode scalar values.
 pub const MAX_NAME_CHARS: usize = 255;
@@ -251,6 +251,9 @@ fn validate_progress(progress: Option<u8>) -> Result<()> {
 }
 
 fn validate_message(message: &str) -> Result<()> {
+    if let Some(pos) = message.chars().position(|c| c == '\0') {
+        return Err(Error::invalid("message", format!("NUL character at position {pos}")));
+    }
     let chars = message.chars().count();
     if chars > MAX_MESSAGE_CHARS {
         return Err(Error::invalid(
@@ -259,6 +262,23 @@ fn validate_message(message: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Checks a failure handed to `fail`: its message holds no NUL (`InvalidInput { field:
+/// "message" }`, contract §E7.3). Its length is not limited.
+pub fn validate_failure(failure: &Failure) -> Result<()> {
+    match failure.message.chars().position(|c| c == '\0') {
+        Some(pos) => Err(Error::invalid("message", format!("NUL character at position {pos}"))),
+        None => Ok(()),
+    }
+}
+
+/// True when `value` holds a NUL character. No stored name, token or text holds one (contract
+/// §E7.3: names reject every control character, texts reject NUL), so a read that filters on
+/// such a value matches nothing, and a token holding one is not the current token. SQL
+/// backends answer so without sending it: PostgreSQL's text cannot carry a NUL.
+pub fn has_nul(value: &str) -> bool {
+    value.as_bytes().contains(&0)
 }
 
 /// Checks a saved step (§E3): delay 0–60 s, progress ≤ 100, message ≤ 1,000 characters,
@@ -311,12 +331,24 @@ mod tests {
     #[case::nul_in_parent(Task::new("t", "q").with_depends_on(["a\0b"]), Some("depends_on"))]
     #[case::too_many_parents(Task::new("t", "q").with_depends_on((0..1001).map(|i| i.to_string())), Some("depends_on"))]
     #[case::replay_of(Task { replay_of: "e1".into(), ..Task::new("t", "q") }, Some("replay_of"))]
+    #[case::nul_in_message(Task { message: "a\0b".into(), ..Task::new("t", "q") }, Some("message"))]
+    #[case::newline_in_message(Task { message: "a\nb\t".into(), ..Task::new("t", "q") }, None)]
     #[case::most_urgent(Task::new("t", "q").with_priority(-100), None)]
     #[case::least_urgent(Task::new("t", "q").with_priority(100), None)]
     #[case::below_range(Task::new("t", "q").with_priority(-101), Some("priority"))]
     #[case::above_range(Task::new("t", "q").with_priority(i16::MAX), Some("priority"))]
     fn task_limits(#[case] task: Task, #[case] field: Option<&'static str>) {
         assert_eq!(field_of(validate_task(&task, &Limits::default())), field);
+    }
+
+    #[test]
+    fn a_nul_in_a_text_to_store_is_invalid_and_a_nul_is_found_anywhere() {
+        let step = Step { message: "\0".into(), ..Step::default() };
+        assert_eq!(field_of(validate_step(&step, &Limits::default())), Some("message"));
+        assert_eq!(field_of(validate_failure(&Failure::skip("bo\0om"))), Some("message"));
+        assert_eq!(field_of(validate_failure(&Failure::skip("line\nline"))), None);
+        assert!(has_nul("\0") && has_nul("a\0") && has_nul("é\0x"));
+        assert!(!has_nul("") && !has_nul("a\u{1}b"));
     }
 
     #[rstest]

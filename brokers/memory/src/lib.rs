@@ -200,6 +200,7 @@ impl Broker for MemoryBroker {
     async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {
         self.inner.life.options()?;
         validate_id(id)?;
+        taskgate::validate::validate_failure(&failure)?;
         self.write(|txn| txn.fail(id, token, &failure))
     }
 

@@ -22,7 +22,10 @@
 //! * **An unreachable server** is reported at once with the driver's cause, by
 //!   [`MySqlBroker::connect`], `init` and every later call: the pool's connect gate opens a
 //!   connection of its own when it does not know the server is up, instead of letting the
-//!   pool retry a refused connection for 30 s and report "pool timed out".
+//!   pool retry a refused connection for 30 s and report "pool timed out". A server that
+//!   accepts the connection and never answers is given up after the connect timeout
+//!   ([`MySqlOptions::connect_timeout`], 10 s by default, `?connect_timeout=N` in the URL), and
+//!   the error names it.
 //! * **Claims** with `SELECT … ORDER BY run_at, id LIMIT n FOR UPDATE SKIP LOCKED` on the ready
 //!   index, then one `UPDATE` by primary key — no `RETURNING`, no reused placeholders.
 //! * **Server time** through `COALESCE(?, CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS
@@ -93,8 +96,8 @@ use crate::adapter::{BorrowedConn, Health, MySqlAdapter};
 pub use crate::dialect::{error_number, MySqlDialect};
 pub use crate::migrations::MIGRATIONS;
 pub use crate::options::{
-    MySqlOptions, DEFAULT_LOCK_WAIT_TIMEOUT_SECS, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE,
-    DEFAULT_PREFIX, LOCK_WAIT_TIMEOUT_PARAM,
+    MySqlOptions, CONNECT_TIMEOUT_PARAM, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LOCK_WAIT_TIMEOUT_SECS,
+    DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_PREFIX, LOCK_WAIT_TIMEOUT_PARAM,
 };
 use crate::server::ServerInfo;
 pub use crate::server::{nopad_collation, MARIADB_NOPAD_BIN, MYSQL_NOPAD_BIN};
@@ -142,7 +145,7 @@ impl MySqlBroker {
     }
 
     fn build(options: MySqlOptions) -> Result<MySqlBroker> {
-        let health = Arc::new(Health::new(options::ACQUIRE_TIMEOUT));
+        let health = Arc::new(Health::new(options.connect_timeout));
         let server = Arc::new(ServerInfo::default());
         let pool = options.pool(health.clone(), server.clone());
         let probe = options.probe(server);

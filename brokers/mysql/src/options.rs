@@ -24,9 +24,13 @@ pub const DEFAULT_LOCK_WAIT_TIMEOUT_SECS: u64 = 5;
 /// The URL query parameter that overrides [`DEFAULT_LOCK_WAIT_TIMEOUT_SECS`].
 pub const LOCK_WAIT_TIMEOUT_PARAM: &str = "innodb_lock_wait_timeout";
 
-/// How long a call waits for a free pooled connection before it fails, and how long one
-/// connection attempt may take.
+/// How long a call waits for a free pooled connection before it fails.
 pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on one connection attempt (TCP, TLS, handshake, session set-up): a server that
+/// accepts the connection and never answers is given up after this long.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The URL query parameter that sets the connect timeout, in whole seconds.
+pub const CONNECT_TIMEOUT_PARAM: &str = "connect_timeout";
 /// Connections idle at least this long are pinged before use (server and middlebox timeouts).
 const PING_AFTER_IDLE: Duration = Duration::from_secs(30);
 
@@ -50,6 +54,7 @@ pub struct MySqlOptions {
     pool_size: u32,
     pub(crate) poll_interval: Duration,
     lock_wait_timeout_secs: u64,
+    pub(crate) connect_timeout: Duration,
     #[cfg(feature = "test-hooks")]
     pub(crate) log: Option<Arc<taskgate_sql::StatementLog>>,
     /// The server time of every session, in unix ms (the test factory's server clock).
@@ -70,19 +75,14 @@ fn normalise_scheme(url: &str) -> Result<String> {
     }
 }
 
-/// The `innodb_lock_wait_timeout` query parameter of `url`, if present.
-fn lock_wait_param(url: &str) -> Result<Option<u64>> {
+/// The query parameter `name` of `url` in whole seconds (at least 1), if present.
+fn seconds_param(url: &str, name: &str) -> Result<Option<u64>> {
     let Some((_, query)) = url.split_once('?') else { return Ok(None) };
     for pair in query.split('&') {
-        if let Some(value) =
-            pair.strip_prefix(LOCK_WAIT_TIMEOUT_PARAM).and_then(|v| v.strip_prefix('='))
-        {
+        if let Some(value) = pair.strip_prefix(name).and_then(|v| v.strip_prefix('=')) {
             return match value.parse::<u64>() {
                 Ok(secs) if secs >= 1 => Ok(Some(secs)),
-                _ => Err(invalid(
-                    "url",
-                    format!("{LOCK_WAIT_TIMEOUT_PARAM} must be a whole number of seconds ≥ 1"),
-                )),
+                _ => Err(invalid("url", format!("{name} must be a whole number of seconds ≥ 1"))),
             };
         }
     }
@@ -92,14 +92,17 @@ fn lock_wait_param(url: &str) -> Result<Option<u64>> {
 impl MySqlOptions {
     /// Settings for the server at `url` (`mysql://user:password@host:port/database`, or
     /// `mariadb://…`), with the defaults: prefix `taskgate_`, 10 connections, 200 ms polling,
-    /// `innodb_lock_wait_timeout` 5 s unless the URL has `?innodb_lock_wait_timeout=N`.
+    /// `innodb_lock_wait_timeout` 5 s unless the URL has `?innodb_lock_wait_timeout=N`, a
+    /// 10 s connect timeout unless it has `?connect_timeout=N` (seconds, at least 1).
     ///
     /// Sessions always use `utf8mb4` with the server's NO PAD binary collation
     /// (`utf8mb4_nopad_bin` on MariaDB, `utf8mb4_0900_bin` on MySQL) and UTC, whatever the URL
     /// says: names compare by bytes, and server time is read through `UNIX_TIMESTAMP(NOW(3))`.
     pub fn from_url(url: &str) -> Result<MySqlOptions> {
         let normalised = normalise_scheme(url)?;
-        let lock_wait = lock_wait_param(&normalised)?;
+        let lock_wait = seconds_param(&normalised, LOCK_WAIT_TIMEOUT_PARAM)?;
+        let connect_timeout = seconds_param(&normalised, CONNECT_TIMEOUT_PARAM)?
+            .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_secs);
         let connect = MySqlConnectOptions::from_str(&normalised)
             .map_err(|e| invalid("url", e.to_string()))?
             .charset("utf8mb4")
@@ -111,6 +114,7 @@ impl MySqlOptions {
             pool_size: DEFAULT_POOL_SIZE,
             poll_interval: DEFAULT_POLL_INTERVAL,
             lock_wait_timeout_secs: lock_wait.unwrap_or(DEFAULT_LOCK_WAIT_TIMEOUT_SECS),
+            connect_timeout,
             #[cfg(feature = "test-hooks")]
             log: None,
             #[cfg(feature = "testing")]
@@ -140,6 +144,19 @@ impl MySqlOptions {
     pub fn lock_wait_timeout_secs(mut self, secs: u64) -> Self {
         self.lock_wait_timeout_secs = secs.max(1);
         self
+    }
+
+    /// How long one connection attempt may take — the check `connect` makes, the one a call
+    /// makes when the server was lost — before it fails with an error naming this bound
+    /// (default 10 s; at least 1 ms). A refused connection fails at once whatever this is.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The configured connect timeout ([`MySqlOptions::connect_timeout`]).
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// The configured lock-wait timeout in seconds.
@@ -249,6 +266,16 @@ mod tests {
         let set = MySqlOptions::from_url("mysql://root@h/db?innodb_lock_wait_timeout=12").ok();
         assert_eq!(set.map(|o| o.get_lock_wait_timeout_secs()), Some(12));
         let bad = MySqlOptions::from_url("mysql://root@h/db?innodb_lock_wait_timeout=soon").err();
+        assert!(matches!(bad, Some(Error::InvalidInput { field: "url", .. })));
+    }
+
+    #[test]
+    fn connect_timeout_defaults_to_ten_seconds_unless_the_url_sets_it() {
+        let timeout = |url: &str| MySqlOptions::from_url(url).map(|o| o.get_connect_timeout());
+        assert_eq!(timeout("mysql://root@h/db").ok(), Some(DEFAULT_CONNECT_TIMEOUT));
+        let set = timeout("mysql://root@h/db?connect_timeout=3").ok();
+        assert_eq!(set, Some(Duration::from_secs(3)));
+        let bad = timeout("mysql://root@h/db?connect_timeout=0").err();
         assert!(matches!(bad, Some(Error::InvalidInput { field: "url", .. })));
     }
 

@@ -61,6 +61,16 @@ pub(crate) struct PgAdapter {
 }
 
 impl PgAdapter {
+    /// Whether a first statement that failed with `e` on attempt `attempt` is tried again on a
+    /// fresh connection: only after a lost connection, and not once the gate's probe failed
+    /// since the attempt began (`probes` before it) — the server cannot be reached, and each
+    /// further attempt would wait for another probe.
+    fn worth_another(&self, e: &DbError, attempt: u32, probes: u64) -> bool {
+        is_connection_lost(e)
+            && attempt < self.reconnect_attempts
+            && self.gate.failed_probes() == probes
+    }
+
     /// The gate's probe: one connection outside the pool, closed at once.
     async fn probe(&self) -> DbResult<()> {
         PgConnection::connect_with(&self.probe).await?.close().await
@@ -106,8 +116,9 @@ impl PgAdapter {
             attempt += 1;
             // Waiting for a pooled connection, it takes an idle lane's back.
             let _wanting = self.lanes.wanting();
+            let probes = self.gate.failed_probes();
             match self.gate.acquire(begin_detached(&self.pool), || self.probe()).await {
-                Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {}
+                Err(e) if self.worth_another(&e, attempt, probes) => {}
                 other => return other,
             }
         }
@@ -141,8 +152,9 @@ impl Adapter for PgAdapter {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let probes = self.gate.failed_probes();
             match self.on_lane(sql, args, kinds, None).await {
-                Err(e) if is_connection_lost(&e) && attempt < self.reconnect_attempts => {}
+                Err(e) if self.worth_another(&e, attempt, probes) => {}
                 other => return other.map(Option::unwrap_or_default),
             }
         }
@@ -171,7 +183,7 @@ impl Adapter for PgAdapter {
     }
 
     async fn session(&self) -> DbResult<Box<dyn Session>> {
-        let conn = PgConnection::connect_with(&self.connect).await?;
+        let conn = self.gate.within(PgConnection::connect_with(&self.connect)).await?;
         Ok(Box::new(PgSession { conn }))
     }
 

@@ -14,9 +14,12 @@
 //!   *during* COMMIT leaves the outcome unknown: enqueue, `enqueue_many` and ack find out and
 //!   return the truth; other writes report it (`taskgate_sql::CommitUnknown`).
 //!   [`PgBroker::tx_retries`] counts the retries.
-//! * **An unreachable server** is reported at once with the driver's cause (by `init`, and by
-//!   every later call: the pool's connect gate opens a connection of its own when it does not
-//!   know the server is up, instead of letting the pool retry for its acquire timeout).
+//! * **An unreachable server** is reported at once with the driver's cause (by `connect`,
+//!   `init`, and every later call: the pool's connect gate opens a connection of its own when
+//!   it does not know the server is up, instead of letting the pool retry for its acquire
+//!   timeout). A server that accepts the connection and never answers is given up after the
+//!   connect timeout ([`PgOptions::connect_timeout`], 10 s by default, `?connect_timeout=N` in
+//!   the URL), and the error names it.
 //! * **Wake-ups**: in-process waiters at once; other processes through `LISTEN/NOTIFY` on the
 //!   channel `<prefix>wake`, sent after commit; polling (200 ms by default) stays as the net,
 //!   and the listener re-listens by itself after its connection drops (extensions §E2).
@@ -57,7 +60,8 @@ use taskgate_sql::{EngineConfig, SqlBroker};
 pub use dialect::{sqlstate, PgDialect};
 pub use migrations::MIGRATIONS;
 pub use options::{
-    PgOptions, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_PREFIX,
+    PgOptions, CONNECT_TIMEOUT_PARAM, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_PREFIX,
 };
 /// The sqlx this backend is built on (0.8.6), so a caller's transaction for `enqueue_in` has
 /// the same types: `taskgate_<backend>::sqlx::Transaction`.
@@ -150,7 +154,7 @@ impl PgBroker {
             connect: connect.clone().application_name(&format!("{app}:migrate")),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),
             reconnect_attempts: options.pool_size.saturating_add(2),
-            gate: taskgate_sql::ConnectGate::new(options.acquire_timeout),
+            gate: taskgate_sql::ConnectGate::new(options.connect_timeout),
             probe: connect.application_name(&format!("{app}:probe")),
         };
         let adapter: Arc<dyn taskgate_sql::Adapter> = Arc::new(adapter);

@@ -98,11 +98,18 @@ const MAX_RELISTEN_DELAY: Duration = Duration::from_secs(1);
 /// The listener task: LISTEN on `channel` over the dedicated `pool` (one connection) and wake
 /// `broker`'s waiters on every notification not sent by this handle (`tag`). After a lost
 /// connection it wakes the waiters (a notification may have been missed) and listens again.
-/// Ends when `pool` is closed.
+/// Ends when `pool` is closed — at once, even in the middle of a connection attempt: the
+/// pool's `close` waits for every connection attempt it has started, and one retrying a
+/// refused or silent server would hold it for the pool's acquire timeout.
 pub(crate) async fn listen(broker: SqlBroker, pool: PgPool, channel: String, tag: String) {
     let mut delay = Duration::from_millis(10);
     loop {
-        let outcome = listen_once(&broker, &pool, &channel, &tag, &mut delay).await;
+        let closed = pool.close_event();
+        let attempt = listen_once(&broker, &pool, &channel, &tag, &mut delay);
+        let outcome = tokio::select! {
+            outcome = attempt => outcome,
+            () = closed => return,
+        };
         if pool.is_closed() || matches!(outcome, Err(sqlx::Error::PoolClosed)) {
             return;
         }

@@ -16,6 +16,11 @@ pub const DEFAULT_POOL_SIZE: u32 = 10;
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// Default wait for a free pooled connection.
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on one connection attempt (TCP, TLS, start-up and authentication): a server
+/// that accepts the connection and never answers is given up after this long.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The URL query parameter that sets the connect timeout, in whole seconds (libpq's name).
+pub const CONNECT_TIMEOUT_PARAM: &str = "connect_timeout";
 
 /// Connection options of a PostgreSQL broker.
 ///
@@ -39,6 +44,7 @@ pub struct PgOptions {
     pub(crate) pool_size: u32,
     pub(crate) poll_interval: Duration,
     pub(crate) acquire_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     pub(crate) application_name: Option<String>,
     #[cfg(feature = "test-hooks")]
     pub(crate) log: Option<std::sync::Arc<taskgate_sql::StatementLog>>,
@@ -46,8 +52,9 @@ pub struct PgOptions {
 
 impl PgOptions {
     /// Options for `url` (`postgres://user:password@host:port/database?…`), with the
-    /// defaults: prefix `taskgate_`, 10 connections, 200 ms poll. A URL sqlx cannot parse is
-    /// `InvalidInput { field: "url" }`, naming the URL (password hidden).
+    /// defaults: prefix `taskgate_`, 10 connections, 200 ms poll, a 10 s connect timeout
+    /// unless the URL sets `?connect_timeout=N` (seconds, at least 1). A URL sqlx cannot parse
+    /// is `InvalidInput { field: "url" }`, naming the URL (password hidden).
     pub fn from_url(url: &str) -> Result<PgOptions> {
         let scheme = url.split_once("://").map(|(s, _)| s);
         if !matches!(scheme, Some("postgres" | "postgresql")) {
@@ -56,7 +63,11 @@ impl PgOptions {
         }
         let connect = PgConnectOptions::from_str(url)
             .map_err(|e| Error::invalid("url", format!("{}: {e}", redact(url))))?;
-        Ok(PgOptions::new(connect))
+        let options = PgOptions::new(connect);
+        Ok(match connect_timeout_param(url)? {
+            Some(timeout) => options.connect_timeout(timeout),
+            None => options,
+        })
     }
 
     /// Options for already-built sqlx connect options, with the defaults.
@@ -67,6 +78,7 @@ impl PgOptions {
             pool_size: DEFAULT_POOL_SIZE,
             poll_interval: DEFAULT_POLL_INTERVAL,
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             application_name: None,
             #[cfg(feature = "test-hooks")]
             log: None,
@@ -99,6 +111,20 @@ impl PgOptions {
         self
     }
 
+    /// How long one connection attempt may take — the check `connect` makes, the one a call
+    /// makes when the server was lost, the migration session `init` opens — before it fails
+    /// with an error naming this bound (default 10 s; more than zero). A refused connection
+    /// fails at once whatever this is.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The connect timeout ([`PgOptions::connect_timeout`]).
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// The `application_name` of the pooled connections (the listener's gets `:listen`
     /// appended). Default: `taskgate:<handle tag>`.
     pub fn application_name(mut self, name: impl Into<String>) -> Self {
@@ -129,6 +155,9 @@ impl PgOptions {
         if self.poll_interval.is_zero() {
             return Err(Error::invalid("poll_interval", "must be longer than zero"));
         }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::invalid("connect_timeout", "must be longer than zero"));
+        }
         Ok(())
     }
 
@@ -140,7 +169,8 @@ impl PgOptions {
     }
 
     /// Builds the broker and checks that the server answers: an unreachable server fails at
-    /// once with the driver's cause (`Connection refused`, a failed name lookup).
+    /// once with the driver's cause (`Connection refused`, a failed name lookup), and a server
+    /// that does not answer fails after the connect timeout, naming it.
     pub async fn connect(self) -> Result<crate::PgBroker> {
         let broker = self.connect_lazy()?;
         let probe = broker.engine().adapter().read("SELECT 1", &[], &[taskgate_sql::Kind::Int]);
@@ -151,6 +181,26 @@ impl PgOptions {
             return Err(taskgate::Error::backend("postgres", e));
         }
         Ok(broker)
+    }
+}
+
+/// The `connect_timeout` query parameter of `url` in seconds, if present (libpq's meaning,
+/// except that it must be at least 1: taskgate never waits without a bound).
+fn connect_timeout_param(url: &str) -> Result<Option<Duration>> {
+    let Some((_, query)) = url.split_once('?') else { return Ok(None) };
+    let value = query.split('&').find_map(|pair| {
+        pair.strip_prefix(CONNECT_TIMEOUT_PARAM).and_then(|rest| rest.strip_prefix('='))
+    });
+    match value.map(str::parse::<u64>) {
+        None => Ok(None),
+        Some(Ok(secs)) if secs >= 1 => Ok(Some(Duration::from_secs(secs))),
+        Some(_) => Err(Error::invalid(
+            "url",
+            format!(
+                "{}: {CONNECT_TIMEOUT_PARAM} must be a whole number of seconds, at least 1",
+                redact(url)
+            ),
+        )),
     }
 }
 
@@ -181,6 +231,28 @@ mod tests {
         };
         bad(ok.clone().prefix("x; DROP TABLE"), "prefix");
         bad(ok.clone().pool_size(0), "pool_size");
-        bad(ok.poll_interval(Duration::ZERO), "poll_interval");
+        bad(ok.clone().poll_interval(Duration::ZERO), "poll_interval");
+        bad(ok.connect_timeout(Duration::ZERO), "connect_timeout");
+    }
+
+    #[test]
+    fn the_url_may_set_the_connect_timeout_in_seconds() {
+        let timeout = |url: &str| PgOptions::from_url(url).map(|o| o.get_connect_timeout());
+        assert_eq!(timeout("postgres://u@h/db").ok(), Some(DEFAULT_CONNECT_TIMEOUT));
+        let set = timeout("postgres://u@h/db?sslmode=disable&connect_timeout=3").ok();
+        assert_eq!(set, Some(Duration::from_secs(3)));
+        for bad in
+            ["postgres://u:pw@h/db?connect_timeout=0", "postgres://u:pw@h/db?connect_timeout=soon"]
+        {
+            match timeout(bad) {
+                Err(Error::InvalidInput { field: "url", reason }) => {
+                    assert!(
+                        reason.contains("connect_timeout") && !reason.contains("pw"),
+                        "{reason}"
+                    );
+                }
+                other => panic!("{bad}: expected InvalidInput url, got {other:?}"),
+            }
+        }
     }
 }

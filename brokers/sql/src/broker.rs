@@ -488,7 +488,7 @@ impl Broker for SqlBroker {
             .iter()
             .zip(&outcomes)
             .filter(|(_, o)| o.is_none())
-            .map(|(i, _)| i.clone())
+            .map(|(i, _)| no_nul_token(i))
             .collect();
         let results = match (valid.is_empty(), self.combines()) {
             (true, _) => Vec::new(),
@@ -507,6 +507,7 @@ impl Broker for SqlBroker {
     async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {
         let opts = self.opts()?;
         validate::validate_id(id)?;
+        validate::validate_failure(&failure)?;
         let done = (self.core.tx(&opts, "fail"))
             .run(&(id, token, &failure), |tx, &(id, token, failure)| {
                 Box::pin(finish::fail(tx, id, token, failure))
@@ -981,4 +982,15 @@ impl SqlBroker {
 /// ([`CommitUnknown`](crate::CommitUnknown)).
 fn is_unknown_source(source: &(dyn std::error::Error + 'static)) -> bool {
     source.is::<crate::core::CommitUnknown>()
+}
+
+/// `item`, with a token holding a NUL replaced by the empty token: no lease token holds one
+/// (contract §E7.3), so it is answered as any token that is not the current one (`LeaseLost`,
+/// or `NotFound` for an unknown ID) without being sent to a server whose text cannot carry it.
+fn no_nul_token(item: &AckItem) -> AckItem {
+    let mut item = item.clone();
+    if validate::has_nul(&item.token) {
+        item.token.clear();
+    }
+    item
 }

@@ -35,6 +35,8 @@ pub struct ConnectGate {
     origin: Instant,
     /// When a statement last succeeded (ms since `origin`).
     last_contact_ms: AtomicU64,
+    /// How many probes failed so far ([`ConnectGate::failed_probes`]).
+    failed_probes: AtomicU64,
 }
 
 impl ConnectGate {
@@ -47,6 +49,7 @@ impl ConnectGate {
             timeout,
             origin: Instant::now(),
             last_contact_ms: AtomicU64::new(0),
+            failed_probes: AtomicU64::new(0),
         }
     }
 
@@ -80,18 +83,46 @@ impl ConnectGate {
         if self.reachable.load(Ordering::Acquire) {
             return Ok(());
         }
-        match tokio::time::timeout(self.timeout, probe()).await {
-            Ok(Ok(())) => {
-                self.contact();
-                self.reachable.store(true, Ordering::Release);
-                Ok(())
-            }
-            Ok(Err(e)) => Err(e),
+        if let Err(e) = self.within(probe()).await {
+            self.failed_probes.fetch_add(1, Ordering::AcqRel);
+            return Err(e);
+        }
+        self.contact();
+        self.reachable.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Runs one connection attempt made outside the pool (the probe, a migration session),
+    /// giving up after the gate's timeout with an I/O error (`TimedOut`) that names it:
+    /// "the server did not answer a connection attempt within 10 s (the connect timeout)".
+    pub async fn within<T, Fut>(&self, connect: Fut) -> DbResult<T>
+    where
+        Fut: Future<Output = DbResult<T>>,
+    {
+        match tokio::time::timeout(self.timeout, connect).await {
+            Ok(result) => result,
             Err(_) => Err(DbError::Io(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("the server did not answer a connection attempt within {:?}", self.timeout),
+                format!(
+                    "the server did not answer a connection attempt within {} (the connect \
+                     timeout)",
+                    human(self.timeout)
+                ),
             ))),
         }
+    }
+
+    /// How many of the gate's probes have failed. An adapter that retries a call on a fresh
+    /// connection after a dead pooled one reads it before each attempt and stops when it grew:
+    /// the server cannot be reached, and every further attempt would only wait for another
+    /// probe (a silent server: the whole connect timeout each time).
+    pub fn failed_probes(&self) -> u64 {
+        self.failed_probes.load(Ordering::Acquire)
+    }
+
+    /// How long one connection attempt may take before the gate gives up on it.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Records that a call found the connection or the server gone: the next
@@ -161,6 +192,15 @@ impl ConnectGate {
             Ok(()) => error,
             Err(cause) => cause,
         }
+    }
+}
+
+/// A duration as an operator reads it: whole seconds as `10 s`, anything else as `1500 ms`.
+fn human(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
     }
 }
 
@@ -235,6 +275,14 @@ mod tests {
     async fn a_probe_that_never_answers_fails_after_the_timeout() {
         let gate = ConnectGate::new(Duration::from_millis(10));
         let e = gate.check(std::future::pending::<DbResult<()>>).await;
-        assert!(e.is_err_and(|e| e.to_string().contains("did not answer")));
+        let text = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("did not answer a connection attempt within 10 ms"), "{text}");
+    }
+
+    #[test]
+    fn durations_read_in_seconds_or_milliseconds() {
+        assert_eq!(human(Duration::from_secs(10)), "10 s");
+        assert_eq!(human(Duration::from_millis(1500)), "1500 ms");
+        assert_eq!(human(Duration::from_millis(10)), "10 ms");
     }
 }

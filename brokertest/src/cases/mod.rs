@@ -18,6 +18,7 @@ mod limits;
 mod names;
 mod neighbours;
 mod notify;
+mod nul;
 mod outcomes;
 mod pause;
 mod priority;
@@ -49,6 +50,7 @@ pub use limits::{c27_input_limits, c36_payload_limits};
 pub use names::c35_names_by_bytes;
 pub use neighbours::c57_failing_call_spares_its_neighbours;
 pub use notify::c17_notify;
+pub use nul::c55_nul_in_arguments;
 pub use outcomes::{
     c06_ack_fail, c08_stale_token, c15_requeue_no_count, c16_illegal_transition, c46_retry_budget,
 };

@@ -45,7 +45,7 @@ pub async fn c57_failing_call_spares_its_neighbours(factory: &dyn Factory) -> Ca
     }
     assert_eq!((stored, refused), (40, 10), "40 stored, 10 repeats refused");
     let dup = h.get("dup").await;
-    assert_eq!((dup.status, dup.payload.as_slice()), (Status::Pending, &b"first"[..]));
+    assert_eq!((dup.status, dup.payload.as_deref()), (Status::Pending, Some(&b"first"[..])));
 
     let mut claimed: Vec<Task> = Vec::new();
     while claimed.len() < 40 {

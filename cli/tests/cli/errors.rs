@@ -78,3 +78,39 @@ fn an_unreachable_database_is_one_message_with_exit_code_2(#[case] url: &str) {
         assert!(lines[0].starts_with("taskgate: cannot reach the database at "), "{stderr}");
     }
 }
+
+/// A server that accepts every connection on 127.0.0.1 and never sends a byte; returns its
+/// port. The accepting thread holds the sockets until the test process ends.
+fn silent_server() -> u16 {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind a silent server");
+    let port = listener.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept() {
+            held.push(socket);
+        }
+    });
+    port
+}
+
+#[rstest]
+#[case::postgres("postgres://postgres@127.0.0.1:{port}/test?connect_timeout=1")]
+#[case::mysql("mysql://root@127.0.0.1:{port}/test?connect_timeout=1")]
+fn a_silent_database_is_given_up_after_the_connect_timeout_the_message_names(#[case] url: &str) {
+    let url = url.replace("{port}", &silent_server().to_string());
+    for args in [&["list"][..], &["migrate", "--status"]] {
+        let mut all = args.to_vec();
+        all.extend(["--url", &url]);
+        let started = std::time::Instant::now();
+        let (code, stderr) = attempt(None, &all);
+        let took = started.elapsed();
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one message, got: {stderr}");
+        assert!(lines[0].starts_with("taskgate: cannot reach the database at "), "{stderr}");
+        let bound = "did not answer a connection attempt within 1 s (the connect timeout)";
+        assert!(lines[0].contains(bound), "{args:?}: {stderr}");
+        // One attempt of 1 s, not one per step of opening the database.
+        assert!(took < std::time::Duration::from_secs(5), "{args:?} took {took:?}");
+    }
+}

@@ -79,6 +79,10 @@ pub(crate) async fn log(core: &Core, query: &AuditQuery) -> Result<Vec<AuditReco
         ("action_name = ?", query.action.as_str()),
         ("target = ?", query.target.as_str()),
     ];
+    // No record holds a NUL (contract §E7.3), and PostgreSQL's text cannot carry one.
+    if conditions.iter().any(|(_, value)| taskgate::validate::has_nul(value)) {
+        return Ok(Vec::new());
+    }
     let (sql, args) = crate::ops::read::paged_query(
         "SELECT id, at_ms, actor, action_name, target, outcome, detail FROM {audit}",
         &conditions,

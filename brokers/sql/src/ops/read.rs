@@ -130,6 +130,10 @@ pub(crate) async fn list(core: &Core, filter: &Filter) -> Result<Vec<Task>> {
         // parent of a stored child, as `depends_on` lists them.
         ("id IN (SELECT child_id FROM {deps} WHERE parent_id = ?)", filter.parent.as_str()),
     ];
+    // No stored name holds a NUL (contract §E7.3), and PostgreSQL's text cannot carry one.
+    if conditions.iter().any(|(_, value)| taskgate::validate::has_nul(value)) {
+        return Ok(Vec::new());
+    }
     let (sql, args) = paged_query(
         "SELECT {cols} FROM {tasks}",
         &conditions,
@@ -143,6 +147,9 @@ pub(crate) async fn list(core: &Core, filter: &Filter) -> Result<Vec<Task>> {
 
 /// Pending and retrying tasks of `queue`, delayed ones included.
 pub(crate) async fn queue_len(core: &Core, queue: &str) -> Result<u64> {
+    if taskgate::validate::has_nul(queue) {
+        return Ok(0); // No queue is named with a NUL (contract §E7.3).
+    }
     let sql = core.sql_sized("queue_len", (0, 0), || {
         let from = super::claim::ready_from(core);
         format!("SELECT COUNT(*) FROM {from} WHERE {}", core.dialect.ready_condition("= ?"))
