@@ -219,7 +219,7 @@ pub(crate) async fn reject(
     what: &str,
     e: &taskgate::Error,
 ) -> bool {
-    let failure = Failure::skip(format!("{what} rejected: {e}"));
+    let failure = Failure::skip(storable(&format!("{what} rejected: {e}")));
     tracing::warn!(task = id, error = %failure.message, "failed");
     let written = write_with_retry("fail", || inner.broker.fail(id, token, failure.clone())).await;
     let written = report(inner, q, "fail", id, written);
@@ -232,7 +232,7 @@ pub(crate) async fn reject(
 /// Classifies a handler error and writes the failure: skip first, then throttled, else a
 /// business failure retried after the back-off of the claim-time attempts.
 async fn fail(inner: &Inner, q: &QueueRt, task: &Task, e: JobError) {
-    let message = e.message().to_owned();
+    let message = storable(e.message());
     let (failure, delay, is_final) = match e.kind() {
         FailureKind::Skip => (Failure::skip(message), Duration::ZERO, true),
         FailureKind::Throttled { retry_after } => (
@@ -288,4 +288,10 @@ pub(crate) fn report(
             false
         }
     }
+}
+
+/// An error text as a store keeps it: a NUL (which no backend stores, contract §E7.3) becomes
+/// U+FFFD, so a handler's error is never refused for its text.
+fn storable(message: &str) -> String {
+    message.replace('\0', "\u{fffd}")
 }

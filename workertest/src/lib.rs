@@ -95,6 +95,7 @@ macro_rules! __with_scenarios {
             w47_shutdown_reports_blocking_handler,
             w48_periodic_due_by_broker_clock,
             w49_periodic_skewed_runtimes_once_per_tick,
+            w50_error_text_with_nul,
         }
     };
 }

@@ -111,6 +111,27 @@ pub async fn w10_skip_retry(factory: &dyn Factory) -> CaseResult {
     world.finish().await
 }
 
+/// A handler error whose text holds a NUL (which no store keeps: contract §E7.3) is written
+/// with U+FFFD in its place instead of being refused: failed at once, the text otherwise kept.
+pub async fn w50_error_text_with_nul(factory: &dyn Factory) -> CaseResult {
+    let world = World::new(factory).await?;
+    let rt = world
+        .start(|b| {
+            b.register(|_job: Work, _ctx| async {
+                Err::<u32, _>(JobError::skip(std::io::Error::other("bad\0address")))
+            })
+        })
+        .await?;
+    let client = rt.client();
+    let id = client.submit(Work { n: 1 }).await?;
+    let _ = within("wait", client.wait(&id)).await?;
+    let t = client.get(id.as_str()).await?;
+    assert_eq!((t.status, t.attempts), (Status::Failed, 0));
+    assert_eq!(t.last_error, "skip retry: bad\u{fffd}address");
+    rt.shutdown(Duration::from_secs(5)).await?;
+    world.finish().await
+}
+
 /// Skip wrapping a throttle is a skip: failed at once, throttled 0.
 pub async fn w11_skip_wraps_throttled(factory: &dyn Factory) -> CaseResult {
     let world = World::new(factory).await?;
