@@ -66,6 +66,20 @@ async fn a_lost_commit_then_a_short_outage_returns_the_truth() -> Result<(), Box
     storage.drop_tables().await
 }
 
+/// Every other write with its COMMIT's answer lost reports `CommitUnknown`, and was applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_writes_with_a_lost_commit_report_an_unknown_outcome() -> Result<(), BoxError> {
+    let Some(storage) = common::storage("other_writes_report_unknown").await else {
+        return Ok(());
+    };
+    let direct = common::handle(&storage, BrokerOptions::default()).await?;
+    let (through, proxy) = through_proxy(&storage).await?;
+    cutproxy::check_other_writes_report_unknown(&*through, &*direct, &proxy).await?;
+    through.close().await?;
+    direct.close().await?;
+    storage.drop_tables().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_gone_after_init_fails_the_next_call_at_once_naming_the_cause(
 ) -> Result<(), BoxError> {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use taskgate::{AckItem, BoxError, Broker, ErrorKind, Filter, Status, Task};
+use taskgate::{AckItem, BoxError, BoxFuture, Broker, ErrorKind, Filter, Status, Task};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -619,6 +619,59 @@ pub async fn check_lost_answer_then_outage(
         return Err(format!("the ack across an outage left {} {}", claimed.id, done.status).into());
     }
     Ok(())
+}
+
+/// Every other write is not settled: a `COMMIT` whose answer is lost makes `heartbeat`,
+/// `save_step`, `fail` and `cancel` through the proxy return `CommitUnknown` (the one error
+/// after which a write may have been applied), and `direct` finds each of them applied.
+pub async fn check_other_writes_report_unknown(
+    through: &dyn Broker,
+    direct: &dyn Broker,
+    proxy: &CutProxy,
+) -> Result<(), BoxError> {
+    let q = "others";
+    for id in ["hb", "st", "fl", "cn"] {
+        direct.enqueue(&Task::new("other", q).with_id(id)).await?;
+    }
+    let claimed = direct.dequeue_many(&[q], 3).await?;
+    let token = |id: &str| claimed.iter().find(|t| t.id == id).map(|t| t.lease_token.clone());
+    let (Some(hb), Some(st), Some(fl)) = (token("hb"), token("st"), token("fl")) else {
+        return Err(format!("claimed {:?}, not hb, st and fl", ids(&claimed)).into());
+    };
+    let calls: [(&str, BoxFuture<'_, taskgate::Result<()>>); 4] = [
+        ("heartbeat", Box::pin(through.heartbeat("hb", &hb))),
+        ("save_step", Box::pin(through.save_step("st", &st, step("one")))),
+        ("fail", Box::pin(through.fail("fl", &fl, taskgate::Failure::skip("lost")))),
+        ("cancel", Box::pin(through.cancel("cn"))),
+    ];
+    for (what, call) in calls {
+        proxy.arm(Cut::AfterCommit);
+        match tokio::time::timeout(HANG, call).await.map_err(|_| format!("{what} hung"))? {
+            Err(e) if is_commit_unknown(&e) => {}
+            other => return Err(format!("{what} with its answer lost: {other:?}").into()),
+        }
+    }
+    let saved = direct.get("st").await?;
+    if (saved.steps, saved.message.as_str()) != (1, "one") {
+        return Err(format!("the lost save_step was not applied: {saved:?}").into());
+    }
+    for (id, status) in [("fl", Status::Failed), ("cn", Status::Canceled)] {
+        let got = direct.get(id).await?.status;
+        if got != status {
+            return Err(format!("{id} is {got} after its lost write, not {status}").into());
+        }
+    }
+    Ok(())
+}
+
+/// A step with progress note `message`.
+fn step(message: &str) -> taskgate::Step {
+    taskgate::Step { message: message.to_owned(), ..taskgate::Step::default() }
+}
+
+/// The IDs of `tasks`.
+fn ids(tasks: &[Task]) -> Vec<&str> {
+    tasks.iter().map(|t| t.id.as_str()).collect()
 }
 
 /// How long [`check_lost_answer_then_outage`] keeps the server away: well inside the window
