@@ -51,22 +51,6 @@ async fn a_lost_commit_on_a_server_that_stays_away_is_resolved_by_the_repeat(
     storage.drop_tables().await
 }
 
-/// A COMMIT's answer lost, then the server refuses connections for a second (a restart):
-/// the enqueue and the ack keep trying and return the truth once it is back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_commit_then_a_short_outage_returns_the_truth() -> Result<(), BoxError> {
-    let Some(storage) = common::storage("a_lost_commit_then_a_short_outage").await else {
-        return Ok(());
-    };
-    let direct = common::handle(&storage, BrokerOptions::default()).await?;
-    let (through, proxy) = through_proxy(&storage).await?;
-    cutproxy::check_lost_answer_then_outage(&*through, &*direct, &proxy).await?;
-    through.close().await?;
-    direct.close().await?;
-    storage.drop_tables().await
-}
-
-/// Every other write with its COMMIT's answer lost reports `CommitUnknown`, and was applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_writes_with_a_lost_commit_report_an_unknown_outcome() -> Result<(), BoxError> {
     let Some(storage) = common::storage("other_writes_report_unknown").await else {
