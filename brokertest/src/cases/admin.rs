@@ -202,23 +202,29 @@ pub async fn c52_queue_stats(factory: &dyn Factory) -> CaseResult {
 }
 
 /// Concurrent audited actions on one task are recorded in the order their changes took effect
-/// (extensions §E13.2). Given one pending task `t` and two handles on the storage's real clock
-/// (no injected clock: the server's on PostgreSQL and MySQL), 100 cancels and 100 resumes of `t`
-/// at once, spread over both handles: each call is `Ok`, `AlreadyFinal` (a cancel of the
+/// (extensions §E13.6). Given one pending task `t` and four handles on the storage's real clock
+/// (no injected clock: the server's on PostgreSQL and MySQL), 500 cancels and 500 resumes of `t`
+/// at once, spread over four handles: each call is `Ok`, `AlreadyFinal` (a cancel of the
 /// canceled task) or `NotResumable` (a resume of the pending one); the log's `ok` records on
 /// `task:t`, newest first, are one per successful call and alternate between cancel and resume
 /// (a cancel only succeeds on the pending task, a resume only on the canceled one), the oldest
 /// is a cancel, and the newest says what `t` is now (canceled after a cancel, pending after a
 /// resume).
 pub async fn c56_audit_order_follows_changes(factory: &dyn Factory) -> CaseResult {
+    const OPS: usize = 1_000;
     let h = Harness::with_options(factory, |o| o.clock = None).await?;
     let h = h.require(Need::Audit).await?;
     h.enqueue(task("t", "job", "qo")).await;
-    let handles = [h.broker.clone(), h.second_handle().await?];
+    let handles = [
+        h.broker.clone(),
+        h.second_handle().await?,
+        h.second_handle().await?,
+        h.second_handle().await?,
+    ];
     let mut calls = Vec::new();
-    for i in 0..200 {
-        let b = handles[i % 2].clone();
-        let action = match i % 4 < 2 {
+    for i in 0..OPS {
+        let b = handles[i % handles.len()].clone();
+        let action = match i % 8 < 4 {
             true => AdminAction::Cancel { id: "t".to_owned() },
             false => AdminAction::Resume { id: "t".to_owned() },
         };
@@ -234,7 +240,7 @@ pub async fn c56_audit_order_follows_changes(factory: &dyn Factory) -> CaseResul
     }
     let query = AuditQuery { target: "task:t".to_owned(), ..AuditQuery::default() };
     let log = h.broker.audit_log(&query).await?;
-    assert_eq!(log.len(), 200, "one record per call");
+    assert_eq!(log.len(), OPS, "one record per call");
     let ok: Vec<&AuditRecord> = log.iter().filter(|r| r.outcome == "ok").collect();
     assert_eq!(ok.len(), succeeded, "one ok record per successful call");
     for pair in ok.windows(2) {
