@@ -23,3 +23,6 @@ if grep -E 'testcontainers|test-hooks' <<<"$tree"; then
   echo "taskgate-cli depends on test machinery (above)" >&2
   exit 1
 fi
+
+step "docs name files that exist and counts the code has"
+python3 ci/check_docs.py

@@ -38,7 +38,7 @@ impl Job for Total {
 
 async fn count_words(job: CountWords, ctx: JobContext) -> Result<usize, JobError> {
     if job.page.contains("flaky") && ctx.attempts() == 0 {
-        // Any error is retried (after ~2 s of back-off here, up to 3 times by default).
+        // Any error is retried (after ~1 s of back-off here, up to 3 times by default).
         return Err(JobError::msg("the page server timed out"));
     }
     Ok(job.page.split_whitespace().count())

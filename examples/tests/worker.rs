@@ -10,7 +10,7 @@ use taskgate::{Broker, BrokerOptions, Filter, Status};
 #[allow(dead_code, reason = "the example's `main` is not called here; `run` is")]
 mod example;
 
-/// Generous: the demo takes ~2 s (one retry's back-off); this only detects a hang.
+/// Generous: the demo takes ~1 s (one retry's back-off); this only detects a hang.
 const DEADLINE: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,8 @@
 //! A [`Runtime`] drives any taskgate [`Broker`](taskgate::Broker) (memory, SQLite, PostgreSQL,
 //! MySQL/MariaDB): typed [`Job`]s submitted through a [`Client`], per-queue workers with
 //! concurrency, rate and quota limits, automatic heartbeats, retries with back-off, one
-//! reaper per process, batched acks, graceful shutdown and periodic (cron) jobs that run once
-//! per tick across processes. The behaviour is runtime spec §12 (`shared/spec/runtime.md`);
+//! reaper per `Runtime`, batched acks, graceful shutdown and periodic (cron) jobs that run once
+//! per tick across processes. The behaviour is contract §12 (`docs/contract.md`);
 //! the decisions taken where it is silent are in `docs/decisions.md` ("Worker runtime").
 //!
 //! ```
