@@ -18,7 +18,10 @@
 //!   (`LeaseLost`), and the task stays reaped;
 //! * [`identity_race`] — two enqueues of one business key, or of one ID, store one task; the
 //!   loser gets `TaskExists` naming the winner;
-//! * [`quota_race`] — two reserves of a window with one unit left admit one.
+//! * [`quota_race`] — two reserves of a window with one unit left admit one;
+//! * [`deadlock_race`] — a deadlock the database reports between a broker write and another
+//!   writer is retried by the broker and never reaches its caller (backends whose writers can
+//!   deadlock: PostgreSQL, MySQL/MariaDB; SQLite has one writer at a time).
 //!
 //! A backend plugs in a [`RaceRig`] and [`race_tests!`](crate::race_tests). Tests built by the
 //! macro run on a multi-threaded runtime: a held transaction blocks its thread (through
@@ -63,6 +66,26 @@ pub trait RacePair: Send + Sync {
     async fn b_waits(&self) -> Option<bool>;
     /// Closes both handles and removes the storage.
     async fn finish(self: Box<Self>) -> Result<(), BoxError>;
+
+    /// A plain transaction on the storage, outside every broker handle, that takes task rows'
+    /// write locks (another application writing the same tables), for [`deadlock_race`]. It
+    /// must lose no deadlock it takes part in to B: it is the larger transaction (it has changed
+    /// more rows), and on a server that picks the victim by timing it checks for deadlocks later
+    /// than B does. `None` (the default) where two writers cannot deadlock (one writer at a
+    /// time: SQLite).
+    async fn foreign_writer(&self) -> Option<Result<Box<dyn ForeignWriter>, BoxError>> {
+        None
+    }
+}
+
+/// A transaction of another writer on a race's storage (see [`RacePair::foreign_writer`]).
+#[async_trait]
+pub trait ForeignWriter: Send {
+    /// Takes the write lock of task `id`'s row by changing the row (a change the rollback
+    /// undoes), waiting for it if another transaction holds it.
+    async fn lock(&mut self, id: &str) -> Result<(), BoxError>;
+    /// Rolls the transaction back, releasing its locks.
+    async fn rollback(self: Box<Self>) -> Result<(), BoxError>;
 }
 
 /// A handle's next transaction of one operation, stopped before its commit (its reads and
@@ -481,6 +504,63 @@ pub async fn quota_race(rig: &dyn RaceRig) -> CaseResult {
     pair.finish().await
 }
 
+/// Rows the foreign writer locks besides the parent, so that it is the larger transaction of the
+/// deadlock (a server that picks the smaller one as the victim picks B's).
+const BALLAST: usize = 20;
+
+/// Given parents pa and pb, and another writer's transaction holding pb's row (and
+/// [`BALLAST`] other rows), when B enqueues a child of [pa, pb] — locking pa, then waiting for
+/// pb — and the other writer then asks for pa, then the database reports a deadlock, B's
+/// transaction is its victim (the other writer gets pa), B's enqueue is retried and waits again
+/// until the other writer rolls back, and B's caller gets the stored child (`blocked`), never
+/// the deadlock.
+///
+/// Catches a backend that does not classify its database's deadlock error as retryable (the
+/// caller sees it) or that retries without rolling back first. Backends whose writers cannot
+/// deadlock ([`RacePair::foreign_writer`] is `None`) pass by construction.
+pub async fn deadlock_race(rig: &dyn RaceRig) -> CaseResult {
+    let clock = ManualClock::at_contract_epoch();
+    let pair = rig.open(options(&clock)).await?;
+    let Some(writer) = pair.foreign_writer().await else {
+        eprintln!(
+            "race_deadlock: {} has one writer at a time; no deadlock is possible",
+            pair.a().backend()
+        );
+        return pair.finish().await;
+    };
+    let mut writer = writer?;
+    let a = pair.a();
+    a.enqueue(&Task::new("job", "race").with_id("pa")).await?;
+    a.enqueue(&Task::new("job", "race").with_id("pb")).await?;
+    for i in 0..BALLAST {
+        a.enqueue(&Task::new("job", "ballast").with_id(format!("ballast-{i:02}"))).await?;
+    }
+    for i in 0..BALLAST {
+        writer.lock(&format!("ballast-{i:02}")).await?;
+    }
+    writer.lock("pb").await?;
+    let b = pair.b();
+    let child = Task::new("job", "race").with_id("c").with_depends_on(["pa", "pb"]);
+    let b_call = spawn(async move { b.enqueue(&child).await });
+    match watch(&*pair, &b_call, "B's enqueue of a child of pa and pb").await {
+        Seen::Waited => {}
+        seen => panic!("B's enqueue did not wait for pb, which the other writer holds: {seen:?}"),
+    }
+    // Asking for pa closes the cycle: B holds pa and waits for pb, the writer holds pb.
+    if let Err(e) = within(WAIT_LIMIT, "the other writer's lock of pa", writer.lock("pa")).await {
+        panic!("the other writer lost the deadlock (or its lock of pa failed); B's was to be the victim: {e}");
+    }
+    assert!(!b_call.is_finished(), "B's retried enqueue waits for pa until the writer ends");
+    writer.rollback().await?;
+    let stored = joined(b_call, "B's retried enqueue").await;
+    match stored {
+        Ok(t) => assert_eq!((t.id.as_str(), t.status), ("c", Status::Blocked), "B's stored child"),
+        Err(e) => panic!("the deadlock reached B's caller: {e} ({:?})", e.kind()),
+    }
+    assert_eq!(pair.a().get("c").await?.depends_on, ["pa", "pb"], "the child is stored once");
+    pair.finish().await
+}
+
 /// The body of one test [`race_tests!`](crate::race_tests) makes: runs `race` within
 /// [`TEST_LIMIT`]; an unavailable backend skips loudly (or fails, with
 /// `TASKGATE_REQUIRE_DB=1`).
@@ -508,7 +588,8 @@ macro_rules! __race_test_fns {
 
 /// Expands to one `#[tokio::test]` per race of [`races`](crate::races) against `$rig` (a
 /// [`RaceRig`] expression evaluated afresh in every test): `race_claim`,
-/// `race_writers_pass_claim`, `race_reap_ack`, `race_ack_reap`, `race_identity`, `race_quota`. The calling crate depends on `tokio` with
+/// `race_writers_pass_claim`, `race_reap_ack`, `race_ack_reap`, `race_identity`, `race_quota`,
+/// `race_deadlock`. The calling crate depends on `tokio` with
 /// `macros` and `rt-multi-thread`.
 #[macro_export]
 macro_rules! race_tests {
@@ -520,6 +601,7 @@ macro_rules! race_tests {
             race_ack_reap => ack_during_held_reap,
             race_identity => identity_race,
             race_quota => quota_race,
+            race_deadlock => deadlock_race,
         }
     };
 }

@@ -526,6 +526,55 @@ mod tests {
         assert!(fired(&mut d), "a wake of all reaches every listener");
     }
 
+    #[test]
+    fn wakes_count_the_tasks_a_commit_made_ready_per_queue() {
+        let mut wakes = Wakes::default();
+        assert!(!wakes.any(), "nothing ready wakes nobody");
+        for queue in ["mail", "mail", "sms", "mail"] {
+            wakes.ready(queue);
+        }
+        assert!(wakes.any());
+        assert_eq!(wakes.ready, vec![("mail".to_owned(), 3), ("sms".to_owned(), 1)]);
+        wakes.all();
+        assert!(wakes.any() && wakes.all && wakes.ready.is_empty(), "all replaces the counts");
+        wakes.ready("mail");
+        assert!(wakes.ready.is_empty(), "after all, a count adds nothing");
+    }
+
+    #[tokio::test]
+    async fn n_tasks_in_one_commit_wake_waiters_for_n_and_no_more() {
+        let hub = WakeHub::new();
+        let work = q(&["work"]);
+        let mut listeners: Vec<WakeListener> = (0..5).map(|_| hub.listener_for(&work, 1)).collect();
+        let mut other = hub.listener_for(&q(&["other"]), 1);
+        let mut wakes = Wakes::default();
+        for _ in 0..3 {
+            wakes.ready("work");
+        }
+        hub.wake_for(&wakes);
+        let woke: Vec<bool> = listeners.iter_mut().map(fired).collect();
+        assert_eq!(
+            woke,
+            [true, true, true, false, false],
+            "three tasks, three batch-1 waiters, oldest first"
+        );
+        assert!(!fired(&mut other), "another queue's waiter sleeps on");
+
+        // Batch sizes count: one waiter taking 2 covers two of the tasks.
+        let hub = WakeHub::new();
+        let mut big = hub.listener_for(&work, 2);
+        let mut small = hub.listener_for(&work, 1);
+        let mut last = hub.listener_for(&work, 1);
+        hub.wake_for(&wakes);
+        assert_eq!([fired(&mut big), fired(&mut small), fired(&mut last)], [true, true, false]);
+
+        // A commit of uncounted work wakes everyone.
+        let mut all = Wakes::default();
+        all.all();
+        hub.wake_for(&all);
+        assert!(fired(&mut last), "all reaches the waiter the counted wake left asleep");
+    }
+
     #[tokio::test]
     async fn a_woken_listener_that_leaves_without_looking_passes_the_wake_on() {
         let hub = WakeHub::new();

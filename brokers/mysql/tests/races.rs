@@ -2,14 +2,19 @@
 //! handle A's transaction is held before its commit (the engine's test hook) while handle B,
 //! its own pool, runs the racing call; B waiting for a lock is seen in `SHOW ENGINE INNODB
 //! STATUS` (a transaction in `LOCK WAIT` on this storage's tables).
+//!
+//! The deadlock race's other writer is a plain connection. InnoDB finds a deadlock when the lock
+//! request that closes the cycle is made and rolls back the transaction of less weight (fewer
+//! changed rows and locks): the writer has changed more rows than B, so B is the victim.
 
 mod common;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use brokertest::races::{CommitHook, RacePair, RaceRig};
+use brokertest::races::{CommitHook, ForeignWriter, RacePair, RaceRig};
 use brokertest::{within, WAIT_LIMIT};
+use sqlx::{Connection as _, Executor as _, MySqlConnection};
 use taskgate::{BoxError, Broker, BrokerOptions};
 use taskgate_mysql::testing::{MySqlFactory, MySqlStorage};
 use taskgate_mysql::MySqlBroker;
@@ -62,6 +67,38 @@ impl RacePair for MySqlPair {
         within(WAIT_LIMIT, "close of A", self.a.close()).await?;
         within(WAIT_LIMIT, "close of B", self.b.close()).await?;
         within(WAIT_LIMIT, "dropping the tables", self.storage.drop_tables()).await
+    }
+
+    async fn foreign_writer(&self) -> Option<Result<Box<dyn ForeignWriter>, BoxError>> {
+        let open = async {
+            let mut conn = common::connect(&self.storage).await?;
+            conn.execute("BEGIN").await?;
+            let tasks = format!("{}tasks", self.storage.prefix());
+            Ok::<_, BoxError>(Box::new(MySqlWriter { conn, tasks }) as Box<dyn ForeignWriter>)
+        };
+        Some(within(WAIT_LIMIT, "the other writer's transaction", open).await)
+    }
+}
+
+/// The deadlock race's other writer: a plain transaction on its own connection.
+struct MySqlWriter {
+    conn: MySqlConnection,
+    tasks: String,
+}
+
+#[async_trait]
+impl ForeignWriter for MySqlWriter {
+    async fn lock(&mut self, id: &str) -> Result<(), BoxError> {
+        let sql =
+            format!("UPDATE {} SET last_error = 'held by another writer' WHERE id = ?", self.tasks);
+        sqlx::query(&sql).bind(id).execute(&mut self.conn).await?;
+        Ok(())
+    }
+
+    async fn rollback(mut self: Box<Self>) -> Result<(), BoxError> {
+        self.conn.execute("ROLLBACK").await?;
+        self.conn.close().await?;
+        Ok(())
     }
 }
 
