@@ -47,6 +47,10 @@ const PRODUCERS: usize = 2;
 /// again soon.
 const LEASE: Duration = Duration::from_secs(3);
 
+/// How long the primary stays down before the standby is promoted: the time a failover
+/// manager takes to notice (enqueues started meanwhile fail, or wait and settle).
+const DETECTION: Duration = Duration::from_secs(1);
+
 /// The two tests build servers and load the machine: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -147,7 +151,11 @@ impl Pair {
 impl Drop for Pair {
     fn drop(&mut self) {
         if !self.removed.swap(true, Ordering::SeqCst) {
-            let _ = std::process::Command::new("bash").arg(SCRIPT).arg("remove").arg(&self.dir).status();
+            let _ = std::process::Command::new("bash")
+                .arg(SCRIPT)
+                .arg("remove")
+                .arg(&self.dir)
+                .status();
         }
     }
 }
@@ -179,42 +187,64 @@ fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// The address the broker connects to, standing for a virtual IP (or a DNS name, or a
-/// pooler's backend) that the operator repoints at the new primary: a TCP forwarder whose
-/// upstream can be changed. Repointing closes the connections open to the old upstream.
+/// The address the broker connects to, standing for a virtual IP that the failover moves to
+/// the new primary (or a DNS name, or a pooler's backend, repointed): a TCP forwarder on a
+/// fixed port. While it has no owner — from the primary's death to the repoint — the port is
+/// closed (connections are refused) and the connections that were open are closed.
 struct Vip {
     addr: SocketAddr,
     upstream: watch::Sender<SocketAddr>,
-    accepting: tokio::task::JoinHandle<()>,
+    accepting: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Vip {
+    /// A new address on a free port of 127.0.0.1, forwarding to `upstream`.
     async fn start(upstream: SocketAddr) -> std::io::Result<Vip> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let (upstream, watching) = watch::channel(upstream);
+        let (upstream, _) = watch::channel(upstream);
+        let vip = Vip { addr, upstream, accepting: Mutex::new(None) };
+        vip.accept(listener);
+        Ok(vip)
+    }
+
+    fn accept(&self, listener: TcpListener) {
+        let watching = self.upstream.subscribe();
         let accepting = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 tokio::spawn(forward(client, watching.clone()));
             }
         });
-        Ok(Vip { addr, upstream, accepting })
+        let old = self.accepting.lock().unwrap_or_else(|p| p.into_inner()).replace(accepting);
+        if let Some(old) = old {
+            old.abort();
+        }
     }
 
-    /// New connections go to `upstream`; open ones are closed.
-    fn repoint(&self, upstream: SocketAddr) {
+    /// The address leaves its host: the port closes, open connections are closed.
+    fn unassign(&self) {
+        if let Some(accepting) = self.accepting.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            accepting.abort();
+        }
+        self.upstream.send_modify(|_| {});
+    }
+
+    /// The address comes up again, forwarding to `upstream`.
+    async fn assign(&self, upstream: SocketAddr) -> std::io::Result<()> {
         self.upstream.send_replace(upstream);
+        self.accept(TcpListener::bind(self.addr).await?);
+        Ok(())
     }
 }
 
 impl Drop for Vip {
     fn drop(&mut self) {
-        self.accepting.abort();
+        self.unassign();
     }
 }
 
-/// Forwards one connection to the current upstream until either side closes or the upstream
-/// changes. An upstream that refuses (the stopped primary) closes the client's connection.
+/// Forwards one connection to the current upstream until either side closes or the address
+/// is unassigned or repointed.
 async fn forward(mut client: TcpStream, mut upstream: watch::Receiver<SocketAddr>) {
     let to = *upstream.borrow_and_update();
     let Ok(mut server) = TcpStream::connect(to).await else { return };
@@ -265,8 +295,12 @@ struct Figures {
     kill: Duration,
     promote: Duration,
     repoint: Duration,
-    /// From the stop to the return of the first successful enqueue started after it.
+    /// From the stop to the return of the first successful enqueue started once the primary
+    /// was down (time to resume), and from the repoint to that return.
     resume: Option<Duration>,
+    after_repoint: Option<Duration>,
+    /// The longest enqueue call.
+    longest: Duration,
 }
 
 impl Figures {
@@ -275,8 +309,9 @@ impl Figures {
             "postgres failover ({what} standby): {} enqueues acknowledged, {} stored, lost {}, \
              acks OK {} (undone {}), definite enqueue errors {:?}, CommitUnknown {}, \
              {} executions ({} tasks ran twice or more); failover steps: stop -m immediate \
-             {:?}, promote {:?}, clear synchronous_standby_names + repoint {:?}; time to \
-             resume (stop to the first successful enqueue after it) {:?}",
+             {:?}, detection {DETECTION:?}, promote {:?}, clear synchronous_standby_names + \
+             move the address {:?}; time to resume (stop to the first successful enqueue started after \
+             it) {:?} ({:?} after the repoint); longest enqueue call {:?}",
             self.acknowledged,
             self.stored,
             self.lost.len(),
@@ -290,6 +325,8 @@ impl Figures {
             self.promote,
             self.repoint,
             self.resume,
+            self.after_repoint,
+            self.longest,
         );
     }
 
@@ -297,7 +334,10 @@ impl Figures {
     /// definite error, every stored task completed, and the workload resumed.
     fn assert_common(&self) -> Result<(), BoxError> {
         let Figures { applied_after_error, doubled, unfinished, .. } = self;
-        assert!(applied_after_error.is_empty(), "applied after a definite error: {applied_after_error:?}");
+        assert!(
+            applied_after_error.is_empty(),
+            "applied after a definite error: {applied_after_error:?}"
+        );
         assert!(doubled.is_empty(), "payloads stored twice: {doubled:?}");
         assert!(unfinished.is_empty(), "stored tasks that never completed: {unfinished:?}");
         assert!(self.resume.is_some(), "no enqueue succeeded after the failover");
@@ -339,17 +379,23 @@ async fn workload(pair: &Pair) -> Result<Figures, BoxError> {
 
     let mut figures = Figures::default();
     let stopped = Instant::now();
-    fresh_ok.store(0, Ordering::SeqCst);
-    *after.lock().map_err(|_| "poisoned")? = Some(stopped);
     script(&["kill", &pair.data("primary")?]).await?;
+    vip.unassign();
     figures.kill = stopped.elapsed();
+    // From here on the primary is gone: an enqueue started now that succeeds was written on
+    // the promoted standby.
+    let down = Instant::now();
+    fresh_ok.store(0, Ordering::SeqCst);
+    *after.lock().map_err(|_| "poisoned")? = Some(down);
+    tokio::time::sleep(DETECTION).await;
     let t = Instant::now();
     script(&["promote", &pair.data("standby")?]).await?;
     figures.promote = t.elapsed();
     let t = Instant::now();
     clear_synchronous_standby_names(pair.standby).await?;
-    vip.repoint(addr(pair.standby));
-    figures.repoint = t.elapsed();
+    vip.assign(addr(pair.standby)).await?;
+    let repointed = Instant::now();
+    figures.repoint = repointed - t;
 
     until("enqueues after the failover", || fresh_ok.load(Ordering::SeqCst) >= AFTER).await?;
     stop.store(true, Ordering::SeqCst);
@@ -369,7 +415,8 @@ async fn workload(pair: &Pair) -> Result<Figures, BoxError> {
     let acked = acked.lock().map_err(|_| "poisoned")?.clone();
     let runs = runs.lock().map_err(|_| "poisoned")?.clone();
     println!("runtime shutdown: {report:?}");
-    tally(&mut figures, &submissions, &stored, &acked, &runs, stopped);
+    let times = Times { stopped, down, repointed };
+    tally(&mut figures, &submissions, &stored, &acked, &runs, &times);
     Ok(figures)
 }
 
@@ -488,6 +535,13 @@ async fn until_all_final(direct: &PgBroker) -> Result<(), BoxError> {
     }
 }
 
+/// When the primary's stop began, when it was down, and when the address was repointed.
+struct Times {
+    stopped: Instant,
+    down: Instant,
+    repointed: Instant,
+}
+
 /// Compares what the producers and the runtime were told with what the new primary holds.
 fn tally(
     f: &mut Figures,
@@ -495,7 +549,7 @@ fn tally(
     stored: &[Task],
     acked: &BTreeSet<String>,
     runs: &[String],
-    stopped: Instant,
+    times: &Times,
 ) {
     let by_id: HashMap<&str, &Task> = stored.iter().map(|t| (t.id.as_str(), t)).collect();
     let mut by_payload: HashMap<&[u8], usize> = HashMap::new();
@@ -504,14 +558,18 @@ fn tally(
     }
     let name = |s: &Submission| String::from_utf8_lossy(&s.payload).into_owned();
     for s in submissions {
+        f.longest = f.longest.max(s.returned - s.started);
         match &s.outcome {
             Ok(id) => {
                 f.acknowledged += 1;
                 if by_id.get(id.as_str()).is_none_or(|t| t.payload.as_deref() != Some(&s.payload)) {
                     f.lost.push(id.clone());
                 }
-                if s.started >= stopped && f.resume.is_none_or(|r| s.returned - stopped < r) {
-                    f.resume = Some(s.returned - stopped);
+                if s.started >= times.down
+                    && f.resume.is_none_or(|r| s.returned - times.stopped < r)
+                {
+                    f.resume = Some(s.returned - times.stopped);
+                    f.after_repoint = Some(s.returned.saturating_duration_since(times.repointed));
                 }
             }
             Err((_, true, _)) => f.unknown += 1,
