@@ -37,10 +37,10 @@ const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ci/pg-standby.s
 /// The queue and task type of the workload.
 const QUEUE: &str = "failover";
 /// Tasks acknowledged to producers, and tasks acked, before the primary is stopped.
-const BEFORE: usize = 150;
+const BEFORE: usize = 100;
 /// Tasks acknowledged to producers from enqueues that started after the stop, before the
 /// producers stop.
-const AFTER: usize = 150;
+const AFTER: usize = 100;
 /// Producers enqueueing at once.
 const PRODUCERS: usize = 2;
 /// The runtime's lease: short, so that the tasks whose acks were lost with the primary run
@@ -189,12 +189,12 @@ fn addr(port: u16) -> SocketAddr {
 
 /// The address the broker connects to, standing for a virtual IP that the failover moves to
 /// the new primary (or a DNS name, or a pooler's backend, repointed): a TCP forwarder on a
-/// fixed port. While it has no owner — from the primary's death to the repoint — the port is
-/// closed (connections are refused) and the connections that were open are closed.
+/// fixed port. While it has no owner — from the primary's death to the repoint — it leads
+/// nowhere: the connections that were open are closed, and new ones are closed at once.
 struct Vip {
     addr: SocketAddr,
-    upstream: watch::Sender<SocketAddr>,
-    accepting: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    upstream: watch::Sender<Option<SocketAddr>>,
+    accepting: tokio::task::JoinHandle<()>,
 }
 
 impl Vip {
@@ -202,51 +202,33 @@ impl Vip {
     async fn start(upstream: SocketAddr) -> std::io::Result<Vip> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let (upstream, _) = watch::channel(upstream);
-        let vip = Vip { addr, upstream, accepting: Mutex::new(None) };
-        vip.accept(listener);
-        Ok(vip)
-    }
-
-    fn accept(&self, listener: TcpListener) {
-        let watching = self.upstream.subscribe();
+        let (upstream, watching) = watch::channel(Some(upstream));
         let accepting = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 tokio::spawn(forward(client, watching.clone()));
             }
         });
-        let old = self.accepting.lock().unwrap_or_else(|p| p.into_inner()).replace(accepting);
-        if let Some(old) = old {
-            old.abort();
-        }
+        Ok(Vip { addr, upstream, accepting })
     }
 
-    /// The address leaves its host: the port closes, open connections are closed.
-    fn unassign(&self) {
-        if let Some(accepting) = self.accepting.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            accepting.abort();
-        }
-        self.upstream.send_modify(|_| {});
-    }
-
-    /// The address comes up again, forwarding to `upstream`.
-    async fn assign(&self, upstream: SocketAddr) -> std::io::Result<()> {
+    /// The address leaves its host (`None`) or comes up on `upstream`; open connections are
+    /// closed either way.
+    fn point(&self, upstream: Option<SocketAddr>) {
         self.upstream.send_replace(upstream);
-        self.accept(TcpListener::bind(self.addr).await?);
-        Ok(())
     }
 }
 
 impl Drop for Vip {
     fn drop(&mut self) {
-        self.unassign();
+        self.accepting.abort();
+        self.point(None);
     }
 }
 
 /// Forwards one connection to the current upstream until either side closes or the address
-/// is unassigned or repointed.
-async fn forward(mut client: TcpStream, mut upstream: watch::Receiver<SocketAddr>) {
-    let to = *upstream.borrow_and_update();
+/// moves.
+async fn forward(mut client: TcpStream, mut upstream: watch::Receiver<Option<SocketAddr>>) {
+    let Some(to) = *upstream.borrow_and_update() else { return };
     let Ok(mut server) = TcpStream::connect(to).await else { return };
     let _ = (client.set_nodelay(true), server.set_nodelay(true));
     tokio::select! {
@@ -380,7 +362,7 @@ async fn workload(pair: &Pair) -> Result<Figures, BoxError> {
     let mut figures = Figures::default();
     let stopped = Instant::now();
     script(&["kill", &pair.data("primary")?]).await?;
-    vip.unassign();
+    vip.point(None);
     figures.kill = stopped.elapsed();
     // From here on the primary is gone: an enqueue started now that succeeds was written on
     // the promoted standby.
@@ -393,7 +375,7 @@ async fn workload(pair: &Pair) -> Result<Figures, BoxError> {
     figures.promote = t.elapsed();
     let t = Instant::now();
     clear_synchronous_standby_names(pair.standby).await?;
-    vip.assign(addr(pair.standby)).await?;
+    vip.point(Some(addr(pair.standby)));
     let repointed = Instant::now();
     figures.repoint = repointed - t;
 
