@@ -58,3 +58,5 @@ ensure_databases() {
 
 start_pg && start_mysql && ensure_databases
 ci_log "TASKGATE_PG_URL=$TASKGATE_PG_URL TASKGATE_MYSQL_URL=$TASKGATE_MYSQL_URL TASKGATE_REQUIRE_DB=1"
+# The failover test builds its own PostgreSQL primary + standby pairs: check for the binaries.
+. ci/pg-standby.sh
