@@ -58,3 +58,5 @@ ensure_databases() {
 
 start_pg && start_mysql && ensure_databases
 ci_log "TASKGATE_PG_URL=$TASKGATE_PG_URL TASKGATE_MYSQL_URL=$TASKGATE_MYSQL_URL TASKGATE_REQUIRE_DB=1"
+# The 3-node MariaDB Galera cluster (ports 3307–3309) for the cross-node contract run (issue 39).
+. "$(dirname "${BASH_SOURCE[0]}")/galera.sh"
