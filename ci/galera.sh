@@ -58,6 +58,7 @@ performance_schema=OFF
 max_connections=400
 default_storage_engine=InnoDB
 binlog_format=ROW
+binlog_row_image=MINIMAL
 innodb_autoinc_lock_mode=2
 innodb_buffer_pool_size=64M
 innodb_log_file_size=48M

@@ -436,6 +436,12 @@ impl Adapter for MySqlAdapter {
         Ok(Box::new(MySqlSession { conn, runner: self.runner.clone(), lease }))
     }
 
+    /// A Galera node's row locks hold only on that node ([`Adapter::row_locks_are_local`]);
+    /// known from the first connection the handle opened.
+    fn row_locks_are_local(&self) -> bool {
+        self.probe.server.known_galera() == Some(true)
+    }
+
     async fn close(&self) {
         self.pool.close().await;
     }

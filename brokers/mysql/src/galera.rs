@@ -34,19 +34,20 @@ const NOW_MS: &str = "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
 /// Takes the cluster-wide lease `name` on `conn` (autocommit), waiting up to [`LOCK_WAIT`]
 /// for another holder; an expired lease is taken over.
 pub(crate) async fn take(conn: &mut MySqlConnection, name: &str) -> sqlx::Result<Lease> {
-    conn.execute(
-        format!(
-            "CREATE TABLE IF NOT EXISTS {LOCK_TABLE} (name VARCHAR(255) NOT NULL PRIMARY KEY, \
-             holder VARCHAR(64) NOT NULL, expires_at BIGINT NOT NULL) ENGINE=InnoDB"
-        )
-        .as_str(),
-    )
-    .await?;
+    create_table(conn).await?;
     let holder: String = sqlx::query_scalar("SELECT UUID()").fetch_one(&mut *conn).await?;
     let give_up = Instant::now() + LOCK_WAIT;
     loop {
         let expire = format!("DELETE FROM {LOCK_TABLE} WHERE name = ? AND expires_at < {NOW_MS}");
-        sqlx::query(&expire).bind(name).execute(&mut *conn).await?;
+        match sqlx::query(&expire).bind(name).execute(&mut *conn).await {
+            Ok(_) => {}
+            // Aborted by a concurrent write of the same rows on another node: try again.
+            Err(e) if conflict(&e) && Instant::now() < give_up => {
+                tokio::time::sleep(RETRY_EVERY).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
         let insert = format!(
             "INSERT INTO {LOCK_TABLE} (name, holder, expires_at) VALUES (?, ?, {NOW_MS} + ?)"
         );
@@ -68,6 +69,32 @@ pub(crate) async fn take(conn: &mut MySqlConnection, name: &str) -> sqlx::Result
     }
 }
 
+/// Creates [`LOCK_TABLE`] unless it exists. Asked first: even `CREATE TABLE IF NOT EXISTS`
+/// is replicated in total order and aborts the lease writes of other sessions in flight.
+async fn create_table(conn: &mut MySqlConnection) -> sqlx::Result<()> {
+    let exists: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() \
+         AND table_name = ?",
+    )
+    .bind(LOCK_TABLE)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if exists.is_none() {
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {LOCK_TABLE} (name VARCHAR(255) NOT NULL PRIMARY KEY, \
+             holder VARCHAR(64) NOT NULL, expires_at BIGINT NOT NULL) ENGINE=InnoDB"
+        );
+        conn.execute(create.as_str()).await?;
+    }
+    Ok(())
+}
+
+/// True when a lease write was rolled back for a conflict (certification, a replicated write
+/// or DDL aborting it, a deadlock): it can run again.
+fn conflict(error: &sqlx::Error) -> bool {
+    matches!(error_number(error), Some(ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT))
+}
+
 /// True when an `INSERT` of the lease failed because someone else holds it: a duplicate key,
 /// or a write of the same key on another node that won certification.
 fn held(error: &sqlx::Error) -> bool {
@@ -81,6 +108,15 @@ impl Lease {
     /// Gives the lease back (only if still this session's: an expired one may be another's).
     pub(crate) async fn release(&self, conn: &mut MySqlConnection) -> sqlx::Result<()> {
         let sql = format!("DELETE FROM {LOCK_TABLE} WHERE name = ? AND holder = ?");
-        sqlx::query(&sql).bind(&self.name).bind(&self.holder).execute(conn).await.map(|_| ())
+        let give_up = Instant::now() + LOCK_WAIT;
+        loop {
+            let done = sqlx::query(&sql).bind(&self.name).bind(&self.holder).execute(&mut *conn);
+            match done.await {
+                Err(e) if conflict(&e) && Instant::now() < give_up => {
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+                done => return done.map(|_| ()),
+            }
+        }
     }
 }
