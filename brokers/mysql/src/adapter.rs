@@ -27,8 +27,8 @@ use taskgate_sql::{
 };
 
 use crate::codec;
-use crate::galera;
 use crate::dialect::is_connection_lost;
+use crate::galera;
 use crate::server::{setup_session, ServerInfo};
 
 /// How long after a lost connection every pooled connection is pinged before use.
@@ -261,7 +261,12 @@ impl MySqlAdapter {
         probe: Probe,
         prefix: &str,
     ) -> MySqlAdapter {
-        MySqlAdapter { pool, runner: Runner { health }, probe, lock_name: format!("{prefix}schema") }
+        MySqlAdapter {
+            pool,
+            runner: Runner { health },
+            probe,
+            lock_name: format!("{prefix}schema"),
+        }
     }
 
     fn gate(&self) -> &ConnectGate {

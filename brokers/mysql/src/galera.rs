@@ -98,10 +98,7 @@ fn conflict(error: &sqlx::Error) -> bool {
 /// True when an `INSERT` of the lease failed because someone else holds it: a duplicate key,
 /// or a write of the same key on another node that won certification.
 fn held(error: &sqlx::Error) -> bool {
-    matches!(
-        error_number(error),
-        Some(ER_DUP_ENTRY | ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT)
-    )
+    matches!(error_number(error), Some(ER_DUP_ENTRY | ER_LOCK_DEADLOCK | ER_LOCK_WAIT_TIMEOUT))
 }
 
 impl Lease {

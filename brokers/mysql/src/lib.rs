@@ -43,6 +43,11 @@
 //! * **Wake-ups**: in-process at once; other processes find new work by polling (200 ms by
 //!   default, [`MySqlOptions::poll_interval`]).
 //! * [`MySqlBroker::enqueue_in`]: enqueue inside the caller's own transaction (extensions §E15).
+//! * **MariaDB Galera** (detected from `wsrep_on`): sessions set `wsrep_sync_wait` =
+//!   [`GALERA_SYNC_WAIT`] (read-your-writes across nodes), migrations hold a cluster-wide lease
+//!   row ([`galera`]) instead of `GET_LOCK`, an enqueue writes its open parents' rows (row
+//!   locks are node-local) and certification conflicts (1213) are retried up to 30 times.
+//!   docs/scaling.md has the settings and the limits.
 //!
 //! # MySQL and MariaDB
 //!

@@ -36,8 +36,8 @@ pub fn nopad_collation(version: &str) -> Result<&'static str, String> {
     }
 }
 
-/// The `wsrep_sync_wait` of broker sessions on a Galera node: 7 = READ (`SELECT`, `BEGIN`)
-/// + UPDATE/DELETE + INSERT/REPLACE. Every statement the broker sends first waits until the node
+/// The `wsrep_sync_wait` of broker sessions on a Galera node: 7, the sum of READ (`SELECT`,
+/// `BEGIN`), UPDATE/DELETE and INSERT/REPLACE. Every statement the broker sends first waits until the node
 /// has applied every write set the cluster committed before it began, so a handle reads its own
 /// and every other node's committed writes (read-your-writes), a check-then-write decides on
 /// current rows, and an insert meets a duplicate key as 1062, not as a certification conflict.

@@ -4,5 +4,8 @@
 //! `ci/galera.sh`; unset ⇒ loud skips, failures with `TASKGATE_REQUIRE_DB=1`). Reported as the
 //! backend `mysql-galera`.
 
-brokertest::contract_tests!(taskgate_mysql::testing::MySqlFactory::galera_from_env(), model_cases = 64);
+brokertest::contract_tests!(
+    taskgate_mysql::testing::MySqlFactory::galera_from_env(),
+    model_cases = 64
+);
 workertest::worker_tests!(taskgate_mysql::testing::MySqlFactory::galera_from_env());
