@@ -28,6 +28,7 @@ use taskgate_sql::{
 
 use crate::codec;
 use crate::dialect::is_connection_lost;
+use crate::galera;
 use crate::server::{setup_session, ServerInfo};
 
 /// How long after a lost connection every pooled connection is pinged before use.
@@ -248,11 +249,24 @@ pub(crate) struct MySqlAdapter {
     pool: MySqlPool,
     runner: Runner,
     probe: Probe,
+    /// The cluster-wide migration lease a session takes on a Galera node (`<prefix>schema`).
+    lock_name: String,
 }
 
 impl MySqlAdapter {
-    pub(crate) fn new(pool: MySqlPool, health: Arc<Health>, probe: Probe) -> MySqlAdapter {
-        MySqlAdapter { pool, runner: Runner { health }, probe }
+    /// The adapter on `pool` for the tables of `prefix`.
+    pub(crate) fn new(
+        pool: MySqlPool,
+        health: Arc<Health>,
+        probe: Probe,
+        prefix: &str,
+    ) -> MySqlAdapter {
+        MySqlAdapter {
+            pool,
+            runner: Runner { health },
+            probe,
+            lock_name: format!("{prefix}schema"),
+        }
     }
 
     fn gate(&self) -> &ConnectGate {
@@ -329,10 +343,13 @@ impl SqlConn for BorrowedConn<'_> {
 
 /// The migration session: a connection detached from the pool, so the session-level
 /// `GET_LOCK` can never travel back into the pool with it — closing (or dropping) the
-/// connection ends the session and the server releases anything it still held.
+/// connection ends the session and the server releases anything it still held. On a Galera
+/// node, where `GET_LOCK` holds only on that node, the session holds the cluster-wide lease of
+/// its table prefix ([`crate::galera`]) from its opening to its close.
 struct MySqlSession {
     conn: MySqlConnection,
     runner: Runner,
+    lease: Option<galera::Lease>,
 }
 
 #[async_trait]
@@ -360,8 +377,13 @@ impl Session for MySqlSession {
         self.execute("ROLLBACK", &[]).await.map(|_| ())
     }
 
-    async fn close(self: Box<Self>) -> DbResult<()> {
-        self.conn.close().await
+    async fn close(mut self: Box<Self>) -> DbResult<()> {
+        let released = match &self.lease {
+            Some(lease) => lease.release(&mut self.conn).await,
+            None => Ok(()),
+        };
+        let closed = self.conn.close().await;
+        released.and(closed)
     }
 
     async fn migration_vars(&mut self) -> DbResult<Vec<(String, String)>> {
@@ -411,8 +433,18 @@ impl Adapter for MySqlAdapter {
     }
 
     async fn session(&self) -> DbResult<Box<dyn Session>> {
-        let conn = self.acquire().await?.detach();
-        Ok(Box::new(MySqlSession { conn, runner: self.runner.clone() }))
+        let mut conn = self.acquire().await?.detach();
+        let lease = match self.probe.server.known_galera() {
+            Some(true) => Some(galera::take(&mut conn, &self.lock_name).await?),
+            _ => None,
+        };
+        Ok(Box::new(MySqlSession { conn, runner: self.runner.clone(), lease }))
+    }
+
+    /// A Galera node's row locks hold only on that node ([`Adapter::row_locks_are_local`]);
+    /// known from the first connection the handle opened.
+    fn row_locks_are_local(&self) -> bool {
+        self.probe.server.known_galera() == Some(true)
     }
 
     async fn close(&self) {

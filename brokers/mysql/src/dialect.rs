@@ -34,6 +34,11 @@ pub(crate) const ER_CONNECTION_KILLED: u16 = 1927;
 /// ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): the server closed an idle connection.
 pub(crate) const ER_CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
 
+/// ER_UNKNOWN_COM_ERROR, as a Galera node sends it while it is not in the primary component
+/// or not yet synced ("WSREP has not yet prepared node for application use"): the statement
+/// was refused, nothing was applied.
+pub(crate) const ER_WSREP_NOT_READY: u16 = 1047;
+
 /// Longest name `GET_LOCK` accepts (MySQL 5.7+ and MariaDB).
 pub(crate) const MAX_LOCK_NAME_CHARS: usize = 64;
 
@@ -82,11 +87,14 @@ pub(crate) fn is_connection_lost(error: &DbError) -> bool {
 }
 
 /// The retry class of a server error number (contract §11.2): deadlock victims are retried at
-/// once, lock-wait timeouts once more, everything else never.
+/// once, lock-wait timeouts once more, everything else never. On Galera a certification
+/// conflict and a transaction aborted for a replicated write (brute-force abort) are 1213 as
+/// well, and a node outside the primary component refuses statements with 1047 (retried once,
+/// like a lock-wait timeout).
 pub(crate) fn retry_class_of(number: u16) -> RetryClass {
     match number {
         ER_LOCK_DEADLOCK => RetryClass::Immediate,
-        ER_LOCK_WAIT_TIMEOUT => RetryClass::Limited,
+        ER_LOCK_WAIT_TIMEOUT | ER_WSREP_NOT_READY => RetryClass::Limited,
         _ => RetryClass::Never,
     }
 }
@@ -293,6 +301,7 @@ mod tests {
     fn deadlock_retries_at_once_lock_timeout_once_duplicate_never() {
         assert_eq!(retry_class_of(ER_LOCK_DEADLOCK), RetryClass::Immediate);
         assert_eq!(retry_class_of(ER_LOCK_WAIT_TIMEOUT), RetryClass::Limited);
+        assert_eq!(retry_class_of(ER_WSREP_NOT_READY), RetryClass::Limited);
         assert_eq!(retry_class_of(ER_DUP_ENTRY), RetryClass::Never);
         assert_eq!(retry_class_of(1146), RetryClass::Never);
     }

@@ -43,6 +43,11 @@
 //! * **Wake-ups**: in-process at once; other processes find new work by polling (200 ms by
 //!   default, [`MySqlOptions::poll_interval`]).
 //! * [`MySqlBroker::enqueue_in`]: enqueue inside the caller's own transaction (extensions §E15).
+//! * **MariaDB Galera** (detected from `wsrep_on`): sessions set `wsrep_sync_wait` =
+//!   [`GALERA_SYNC_WAIT`] (read-your-writes across nodes), migrations hold a cluster-wide lease
+//!   row ([`galera`]) instead of `GET_LOCK`, an enqueue writes its open parents' rows (row
+//!   locks are node-local) and certification conflicts (1213) are retried up to 30 times.
+//!   docs/scaling.md has the settings and the limits.
 //!
 //! # MySQL and MariaDB
 //!
@@ -80,6 +85,7 @@
 mod adapter;
 mod codec;
 mod dialect;
+pub mod galera;
 mod migrations;
 mod options;
 mod server;
@@ -100,7 +106,7 @@ pub use crate::options::{
     DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_PREFIX, LOCK_WAIT_TIMEOUT_PARAM,
 };
 use crate::server::ServerInfo;
-pub use crate::server::{nopad_collation, MARIADB_NOPAD_BIN, MYSQL_NOPAD_BIN};
+pub use crate::server::{nopad_collation, GALERA_SYNC_WAIT, MARIADB_NOPAD_BIN, MYSQL_NOPAD_BIN};
 /// The sqlx this backend is built on (0.8.6), so a caller's transaction for `enqueue_in` has
 /// the same types: `taskgate_<backend>::sqlx::Transaction`.
 pub use sqlx;
@@ -150,7 +156,7 @@ impl MySqlBroker {
         let pool = options.pool(health.clone(), server.clone());
         let probe = options.probe(server);
         let adapter: Arc<dyn taskgate_sql::Adapter> =
-            Arc::new(MySqlAdapter::new(pool.clone(), health, probe));
+            Arc::new(MySqlAdapter::new(pool.clone(), health, probe, &options.prefix));
         #[cfg(feature = "test-hooks")]
         let adapter = match &options.log {
             Some(log) => taskgate_sql::RecordingAdapter::wrap(adapter, log.clone()),

@@ -36,10 +36,19 @@ pub fn nopad_collation(version: &str) -> Result<&'static str, String> {
     }
 }
 
+/// The `wsrep_sync_wait` of broker sessions on a Galera node: 7, the sum of READ (`SELECT`,
+/// `BEGIN`), UPDATE/DELETE and INSERT/REPLACE. Every statement the broker sends first waits until the node
+/// has applied every write set the cluster committed before it began, so a handle reads its own
+/// and every other node's committed writes (read-your-writes), a check-then-write decides on
+/// current rows, and an insert meets a duplicate key as 1062, not as a certification conflict.
+/// SHOW (8) is left out: the broker sends none.
+pub const GALERA_SYNC_WAIT: u8 = 7;
+
 /// What one broker handle learned about its server from the first connection it opened.
 #[derive(Debug, Default)]
 pub(crate) struct ServerInfo {
     nopad: OnceLock<&'static str>,
+    galera: OnceLock<bool>,
 }
 
 impl ServerInfo {
@@ -51,6 +60,28 @@ impl ServerInfo {
         let found = nopad_of(conn).await?;
         Ok(self.nopad.get_or_init(|| found))
     }
+
+    /// True when the server is a Galera cluster node (`wsrep_on` is ON), asked once per handle.
+    pub(crate) async fn galera(&self, conn: &mut MySqlConnection) -> sqlx::Result<bool> {
+        if let Some(known) = self.galera.get() {
+            return Ok(*known);
+        }
+        let found = galera_of(conn).await?;
+        Ok(*self.galera.get_or_init(|| found))
+    }
+
+    /// What an earlier connection found: `Some(true)` on a Galera node, `None` before any.
+    pub(crate) fn known_galera(&self) -> Option<bool> {
+        self.galera.get().copied()
+    }
+}
+
+/// True when `conn`'s server is a Galera node with replication on. `SHOW VARIABLES` answers on
+/// every server: MySQL without wsrep returns no row, MariaDB without a provider `OFF`.
+pub(crate) async fn galera_of(conn: &mut MySqlConnection) -> sqlx::Result<bool> {
+    let row: Option<(String, String)> =
+        sqlx::query_as("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'").fetch_optional(&mut *conn).await?;
+    Ok(row.is_some_and(|(_, value)| value.eq_ignore_ascii_case("ON")))
 }
 
 /// The NO PAD binary collation of the server `conn` is connected to.
@@ -62,7 +93,8 @@ pub(crate) async fn nopad_of(conn: &mut MySqlConnection) -> sqlx::Result<&'stati
 /// Sets up a new broker session: READ COMMITTED (extensions §E6: at REPEATABLE READ concurrent
 /// inserts and completions deadlock on gap locks), `innodb_lock_wait_timeout` = `lock_wait`
 /// seconds, and the server's NO PAD binary collation for the connection (`utf8mb4`), so
-/// literals and parameters compare like the name columns: by bytes, without padding.
+/// literals and parameters compare like the name columns: by bytes, without padding. On a
+/// Galera node also `wsrep_sync_wait` = [`GALERA_SYNC_WAIT`] (read-your-writes across nodes).
 pub(crate) async fn setup_session(
     conn: &mut MySqlConnection,
     lock_wait: u64,
@@ -70,9 +102,12 @@ pub(crate) async fn setup_session(
 ) -> sqlx::Result<()> {
     let collation = info.nopad(conn).await?;
     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED").await?;
-    let set = format!(
+    let mut set = format!(
         "SET SESSION innodb_lock_wait_timeout = {lock_wait}, collation_connection = '{collation}'"
     );
+    if info.galera(conn).await? {
+        set.push_str(&format!(", wsrep_sync_wait = {GALERA_SYNC_WAIT}"));
+    }
     conn.execute(set.as_str()).await?;
     Ok(())
 }

@@ -7,7 +7,13 @@
 //! that does not answer ⇒ [`brokertest::Unavailable`]: cases skip loudly, or fail with
 //! `TASKGATE_REQUIRE_DB=1`. The first storage of a process on a server drops test tables older
 //! than an hour (left behind by killed test runs; [`taskgate_sql::testing::sweep_once`]).
+//!
+//! [`MySqlFactory::galera_from_env`] runs the same cases across the nodes of a MariaDB Galera
+//! cluster (`TASKGATE_GALERA_URLS`, comma-separated): handle *i* of a storage connects to node
+//! *i* mod *n*, so every case with two or more handles, the model test and the history checker
+//! put their handles on different nodes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 #[cfg(feature = "containers")]
 use std::sync::OnceLock;
@@ -22,6 +28,10 @@ use crate::{MySqlBroker, MySqlOptions};
 
 /// The environment variable naming the test server.
 pub const URL_VAR: &str = "TASKGATE_MYSQL_URL";
+/// The environment variable naming the Galera nodes, comma-separated (`ci/galera.sh`).
+pub const GALERA_URLS_VAR: &str = "TASKGATE_GALERA_URLS";
+/// The factory name of the cross-node run ([`MySqlFactory::galera_from_env`]).
+pub const GALERA_NAME: &str = "mysql-galera";
 /// Connections per test handle: small, so parallel tests stay far below `max_connections`.
 pub const TEST_POOL_SIZE: u32 = 4;
 /// Poll interval of test handles (the contract's integration tests use 20 ms).
@@ -31,20 +41,61 @@ pub const TEST_POLL_INTERVAL: Duration = Duration::from_millis(20);
 #[derive(Clone, Debug)]
 pub struct MySqlFactory {
     url: Option<String>,
+    /// Every node handles are spread over (the first is `url`); one for a single server.
+    nodes: Vec<String>,
+    name: &'static str,
+    /// Why there is no server, when `url` is `None` and no container may be started.
+    missing: Option<String>,
     pool_size: u32,
 }
 
 impl MySqlFactory {
     /// A factory on the server at `url` (`mysql://` or `mariadb://`).
     pub fn from_url(url: impl Into<String>) -> MySqlFactory {
-        MySqlFactory { url: Some(url.into()), pool_size: TEST_POOL_SIZE }
+        let url = url.into();
+        MySqlFactory {
+            nodes: vec![url.clone()],
+            url: Some(url),
+            name: crate::NAME,
+            missing: None,
+            pool_size: TEST_POOL_SIZE,
+        }
+    }
+
+    /// A factory across the nodes of one cluster: handle *i* of every storage connects to
+    /// `nodes[i % nodes.len()]`; named [`GALERA_NAME`]. No nodes ⇒ unavailable.
+    pub fn from_nodes<S: Into<String>>(nodes: impl IntoIterator<Item = S>) -> MySqlFactory {
+        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
+        MySqlFactory {
+            url: nodes.first().cloned(),
+            nodes,
+            name: GALERA_NAME,
+            missing: Some(format!("{GALERA_URLS_VAR} names no node")),
+            pool_size: TEST_POOL_SIZE,
+        }
+    }
+
+    /// A factory across the Galera nodes in `TASKGATE_GALERA_URLS` (comma-separated; set by
+    /// `ci/galera.sh`), else unavailable (never a container).
+    pub fn galera_from_env() -> MySqlFactory {
+        let urls = std::env::var(GALERA_URLS_VAR).unwrap_or_default();
+        let nodes = urls.split(',').map(str::trim).filter(|u| !u.is_empty());
+        let mut factory = MySqlFactory::from_nodes(nodes.map(str::to_owned));
+        factory.missing = Some(format!("{GALERA_URLS_VAR} is not set (run ci/galera.sh)"));
+        factory
     }
 
     /// A factory on `TASKGATE_MYSQL_URL`, else a MySQL 8.4 container (feature `containers`,
     /// Docker reachable), else unavailable.
     pub fn from_env() -> MySqlFactory {
         let url = std::env::var(URL_VAR).ok().filter(|u| !u.trim().is_empty());
-        MySqlFactory { url, pool_size: TEST_POOL_SIZE }
+        MySqlFactory {
+            nodes: url.iter().cloned().collect(),
+            url,
+            name: crate::NAME,
+            missing: None,
+            pool_size: TEST_POOL_SIZE,
+        }
     }
 
     /// Connections per handle (default 4).
@@ -55,9 +106,10 @@ impl MySqlFactory {
 
     /// The server URL, starting the container if needed; `Unavailable` when there is none.
     pub async fn server_url(&self) -> Result<String, BoxError> {
-        match &self.url {
-            Some(url) => Ok(url.clone()),
-            None => container_url().await,
+        match (&self.url, &self.missing) {
+            (Some(url), _) => Ok(url.clone()),
+            (None, Some(why)) => Err(Box::new(Unavailable(why.clone()))),
+            (None, None) => container_url().await,
         }
     }
 
@@ -65,14 +117,21 @@ impl MySqlFactory {
     pub async fn mysql_storage(&self) -> Result<MySqlStorage, BoxError> {
         let url = self.server_url().await?;
         taskgate_sql::testing::sweep_once(&url, || sweep(&url)).await?;
-        Ok(MySqlStorage { url, prefix: TestPrefix::new(), pool_size: self.pool_size })
+        let nodes = if self.nodes.is_empty() { vec![url.clone()] } else { self.nodes.clone() };
+        Ok(MySqlStorage {
+            url,
+            nodes: Arc::new(nodes),
+            next: Arc::new(AtomicUsize::new(0)),
+            prefix: TestPrefix::new(),
+            pool_size: self.pool_size,
+        })
     }
 }
 
 #[async_trait]
 impl Factory for MySqlFactory {
     fn name(&self) -> String {
-        crate::NAME.to_owned()
+        self.name.to_owned()
     }
 
     async fn storage(&self) -> Result<Box<dyn Storage>, BoxError> {
@@ -80,10 +139,14 @@ impl Factory for MySqlFactory {
     }
 }
 
-/// One case's tables: a prefix on the test server.
+/// One case's tables: a prefix on the test server (or cluster: each new handle on the next
+/// node).
 #[derive(Clone, Debug)]
 pub struct MySqlStorage {
     url: String,
+    nodes: Arc<Vec<String>>,
+    /// How many handles were handed out: the next goes to node `next % nodes.len()`.
+    next: Arc<AtomicUsize>,
     prefix: TestPrefix,
     pool_size: u32,
 }
@@ -99,22 +162,40 @@ impl MySqlStorage {
         self.prefix.as_str()
     }
 
-    /// Options for a handle on this storage: its prefix, the test pool size and poll interval.
-    pub fn options(&self) -> taskgate::Result<MySqlOptions> {
-        Ok(MySqlOptions::from_url(&self.url)?
+    /// The nodes handles are spread over (one: the server).
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// The node the next handle connects to (round robin over [`MySqlStorage::nodes`]).
+    fn next_url(&self) -> &str {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        self.nodes.get(i % self.nodes.len().max(1)).map_or(self.url.as_str(), String::as_str)
+    }
+
+    /// Options for a handle on this storage on the server at `url`: its prefix, the test pool
+    /// size and poll interval.
+    fn options_on(&self, url: &str) -> taskgate::Result<MySqlOptions> {
+        Ok(MySqlOptions::from_url(url)?
             .prefix(self.prefix.as_str())
             .pool_size(self.pool_size)
             .poll_interval(TEST_POLL_INTERVAL))
     }
 
-    /// A new, not initialised handle with the concrete type.
+    /// Options for the next handle on this storage (on a cluster: the next node): its prefix,
+    /// the test pool size and poll interval.
+    pub fn options(&self) -> taskgate::Result<MySqlOptions> {
+        self.options_on(self.next_url())
+    }
+
+    /// A new, not initialised handle with the concrete type (on a cluster: on the next node).
     pub fn mysql_handle(&self) -> taskgate::Result<MySqlBroker> {
         self.options()?.connect_lazy()
     }
 
     /// Drops every table of this storage.
     pub async fn drop_tables(&self) -> Result<(), BoxError> {
-        let broker = self.mysql_handle()?;
+        let broker = self.options_on(&self.url)?.connect_lazy()?;
         let dropped = broker.engine().drop_tables().await;
         let _ = broker.close().await;
         Ok(dropped?)
@@ -128,7 +209,7 @@ impl Storage for MySqlStorage {
     }
 
     async fn handle_with_prefix(&self, prefix: &str) -> Option<taskgate::Result<Arc<dyn Broker>>> {
-        let built = MySqlOptions::from_url(&self.url).and_then(|o| {
+        let built = MySqlOptions::from_url(self.next_url()).and_then(|o| {
             o.prefix(prefix)
                 .pool_size(self.pool_size)
                 .poll_interval(TEST_POLL_INTERVAL)

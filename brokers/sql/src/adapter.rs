@@ -187,6 +187,18 @@ pub trait Adapter: Send + Sync + 'static {
         false
     }
 
+    /// True when a row lock (`SELECT … FOR UPDATE`) holds only against writers on the same
+    /// server, as on a MariaDB Galera node: a transaction on another node is not blocked by it,
+    /// and a row that is locked but not written takes no part in the cluster's certification.
+    /// The engine then *writes* the rows whose locked state a write depends on (the open
+    /// parents an enqueue found), so that a concurrent write of them on another node conflicts
+    /// and one of the two is retried. Asked per transaction; known once a connection is open.
+    ///
+    /// Default: false (one server: locks hold for every writer).
+    fn row_locks_are_local(&self) -> bool {
+        false
+    }
+
     /// Closes the pools. Called once by the broker's `close`.
     async fn close(&self);
 }

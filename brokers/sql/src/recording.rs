@@ -137,6 +137,10 @@ impl Adapter for RecordingAdapter {
         self.inner.woke();
     }
 
+    fn row_locks_are_local(&self) -> bool {
+        self.inner.row_locks_are_local()
+    }
+
     async fn statement_limit(&self) -> DbResult<Option<crate::StatementLimit>> {
         self.inner.statement_limit().await
     }

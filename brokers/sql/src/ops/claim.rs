@@ -350,7 +350,7 @@ pub(crate) async fn claim_autocommit(
             Err(e) => {
                 lost |= core.maybe_applied(&e);
                 if core.should_retry(&e, attempt) {
-                    tokio::time::sleep(crate::core::backoff(attempt)).await;
+                    tokio::time::sleep(core.retry_backoff(attempt)).await;
                 } else if lost {
                     return Err(TxFail::Unknown(e));
                 } else {

@@ -134,12 +134,25 @@ pub(crate) async fn mark_has_children(
     if open.is_empty() {
         return Ok(());
     }
-    let sql = tx.core.sql_sized("mark_has_children", (open.len(), 0), || {
-        format!(
-            "UPDATE {{tasks}} SET has_children = 1 WHERE id IN ({}) AND has_children = 0",
-            placeholders(open.len())
-        )
-    });
+    let sql = if tx.core.adapter.row_locks_are_local() {
+        // Locks are local (Galera): every open parent's row is written — has_children moves
+        // between 1 and 2, both "has children" — so that the parent's final write on another
+        // node and this enqueue touch a common row and certification orders them; with the
+        // row only locked, the parent could finish there without seeing this child's edge.
+        tx.core.sql_sized("touch_parents", (open.len(), 0), || {
+            format!(
+                "UPDATE {{tasks}} SET has_children = IF(has_children = 1, 2, 1) WHERE id IN ({})",
+                placeholders(open.len())
+            )
+        })
+    } else {
+        tx.core.sql_sized("mark_has_children", (open.len(), 0), || {
+            format!(
+                "UPDATE {{tasks}} SET has_children = 1 WHERE id IN ({}) AND has_children = 0",
+                placeholders(open.len())
+            )
+        })
+    };
     let args: Vec<Value> = open.iter().map(|id| Value::from(*id)).collect();
     tx.exec(&sql, &args).await?;
     Ok(())
