@@ -9,7 +9,8 @@ test that `brokertest::contract_tests!` and `workertest::worker_tests!` generate
 JSON line per finished case ({"package", "target", "backend", "suite", "name", "outcome",
 "detail"}; see brokertest/src/record.rs). CASE_LIST_RS holds the case list (brokertest/src/lib.rs),
 SCENARIO_LIST_RS the worker scenarios (workertest/src/lib.rs), BACKEND the backends whose suites
-must have run.
+must have run. BACKEND=TARGET names a backend whose contract suite and worker scenarios both ran
+in test target TARGET instead (`postgres-pgbouncer=pgbouncer`: brokers/postgres/tests/pgbouncer.rs).
 
 Each backend's `tests/contract.rs` (test target `contract`) must have run every case exactly
 once, passed or unsupported as the backend declares it (c47 on memory, SQLite and MariaDB), and
@@ -91,12 +92,15 @@ def judge(key, expected, allowed):
 
 status = 0
 lines = []
-for backend in required:
+for spec in required:
+    backend, _, own_target = spec.partition("=")
+    main_target = own_target or "contract"
+    worker_target = own_target or "worker"
     targets = sorted({t for (b, t, s) in runs if b == backend and s == "contract"})
-    if "contract" not in targets:
-        targets.insert(0, "contract")
+    if main_target not in targets:
+        targets.insert(0, main_target)
     for target in targets:
-        label = backend if target == "contract" else f"{backend} ({target})"
+        label = backend if target == main_target else f"{backend} ({target})"
         ok, tally, problems = judge((backend, target, "contract"), cases,
                                     ("passed", "unsupported"))
         whole_ok = True
@@ -111,7 +115,7 @@ for backend in required:
         lines += [f"    {p}" for p in problems]
         status |= 0 if ok and whole_ok else 1
     if worker_list:
-        ok, tally, problems = judge((backend, "worker", "worker"), scenarios, ("passed",))
+        ok, tally, problems = judge((backend, worker_target, "worker"), scenarios, ("passed",))
         lines.append(f"{backend + ' (worker)':<24} {tally['passed']:>3} of {len(scenarios)} worker scenarios passed")
         lines += [f"    {p}" for p in problems]
         status |= 0 if ok else 1

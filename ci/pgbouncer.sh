@@ -71,7 +71,7 @@ auth_type = trust
 auth_file = $pgb_dir/userlist.txt
 pool_mode = transaction
 ; Clients queue here; at most default_pool_size + reserve_pool_size server connections.
-max_client_conn = 2000
+max_client_conn = 900
 default_pool_size = $pool
 reserve_pool_size = 2
 reserve_pool_timeout = 3
@@ -81,6 +81,8 @@ ignore_startup_parameters = extra_float_digits
 server_idle_timeout = 60
 log_connections = 0
 log_disconnections = 0
+; The console (psql -p <port> -U postgres pgbouncer: SHOW POOLS, SHOW CLIENTS) for looking in.
+admin_users = postgres
 EOF
   printf '"postgres" ""\n"root" ""\n' >"$pgb_dir/userlist.txt"
 }
