@@ -17,8 +17,9 @@ passed `model`, `history` and `regressions`; with --workers, its `tests/worker.r
 `worker`) must have passed every scenario exactly once. A skipped case (no database), a failed
 one, a missing one or one run twice fails the count (exit 1). Other targets that ran the suite
 (SQLite's `server_shaped`) are listed too, and checked the same way. A BACKEND written
-`name:target` ran both suites in that one test target instead (`mysql-galera:galera`: the
-MySQL backend across the Galera nodes, brokers/mysql/tests/galera.rs).
+`name=target` (or `name:target`) ran both suites in that one test target instead
+(`postgres-pgbouncer=pgbouncer`: PostgreSQL through PgBouncer, brokers/postgres/tests/pgbouncer.rs;
+`mysql-galera=galera`: the MySQL backend across the Galera nodes, brokers/mysql/tests/galera.rs).
 """
 import collections
 import glob
@@ -94,14 +95,14 @@ def judge(key, expected, allowed):
 status = 0
 lines = []
 for spec in required:
-    backend, _, home = spec.partition(":")
-    home = home or "contract"
-    worker_target = home if home != "contract" else "worker"
+    backend, _, own_target = spec.partition("=" if "=" in spec else ":")
+    main_target = own_target or "contract"
+    worker_target = own_target or "worker"
     targets = sorted({t for (b, t, s) in runs if b == backend and s == "contract"})
-    if home not in targets:
-        targets.insert(0, home)
+    if main_target not in targets:
+        targets.insert(0, main_target)
     for target in targets:
-        label = backend if target == home else f"{backend} ({target})"
+        label = backend if target == main_target else f"{backend} ({target})"
         ok, tally, problems = judge((backend, target, "contract"), cases,
                                     ("passed", "unsupported"))
         whole_ok = True

@@ -57,6 +57,8 @@ ensure_databases() {
 }
 
 start_pg && start_mysql && ensure_databases
+# PgBouncer (transaction pooling) in front of PostgreSQL: exports TASKGATE_PGBOUNCER_URL.
+. "$(dirname "${BASH_SOURCE[0]}")/pgbouncer.sh"
 ci_log "TASKGATE_PG_URL=$TASKGATE_PG_URL TASKGATE_MYSQL_URL=$TASKGATE_MYSQL_URL TASKGATE_REQUIRE_DB=1"
 # The failover test builds its own PostgreSQL primary + standby pairs: check for the binaries.
 . ci/pg-standby.sh

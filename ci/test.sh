@@ -26,7 +26,7 @@ ci/bench-smoke.sh || status=1
 step "contract cases and worker scenarios per backend (from $TASKGATE_CASE_REPORT)"
 python3 ci/count_cases.py "$TASKGATE_CASE_REPORT" brokertest/src/lib.rs \
   --workers workertest/src/lib.rs \
-  memory sqlite postgres mysql || status=1
+  memory sqlite postgres mysql postgres-pgbouncer=pgbouncer || status=1
 
 step "done in $(( $(date +%s) - started )) s (status $status)"
 exit "$status"

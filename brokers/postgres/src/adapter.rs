@@ -11,6 +11,13 @@
 //! server is reported at once with the driver's cause ("Connection refused", a failed name
 //! lookup), not after the pool's 30 s of retrying as "pool timed out".
 //!
+//! Behind a transaction pooler ([`Pooled`]) nothing runs outside an explicit transaction:
+//! sqlx sends a statement as Parse + Describe + Sync, then Bind + Execute + Sync, and between
+//! the two Syncs a transaction pooler may give the client another server connection, where
+//! the (unnamed) statement does not exist. So the single statements run as `BEGIN`, the
+//! statement, `COMMIT` on a pooled connection (no lanes), every statement is unnamed, and
+//! each transaction opens with the settings (`SET LOCAL`) instead of a session's.
+//!
 //! # Why the wake-up is sent after commit
 //!
 //! The engine tells [`WriteTx::commit`] whether the transaction made work claimable.
@@ -26,6 +33,8 @@
 //! ([`SqlConn::inline_notify`], or [`Adapter::inline_notify`] for the one-statement enqueue; at
 //! most one per notifier gap): nothing is queued behind the lock then, and the notification
 //! leaves with the commit instead of a round trip later.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool};
@@ -58,6 +67,18 @@ pub(crate) struct PgAdapter {
     pub(crate) gate: ConnectGate,
     /// The pool's connect options, for the gate's probe.
     pub(crate) probe: PgConnectOptions,
+    /// Behind a transaction pooler: how transactions open; `None` without one.
+    pub(crate) pooled: Option<Pooled>,
+}
+
+/// How a handle behind a transaction pooler opens its transactions.
+#[derive(Debug)]
+pub(crate) struct Pooled {
+    /// `BEGIN` followed by the settings as `set_config(…, true)`; `None`: a plain `BEGIN`.
+    pub(crate) begin: Option<Arc<str>>,
+    /// How each transaction of the migration session opens: `BEGIN`, the settings, and
+    /// `pg_advisory_xact_lock` on the migration key.
+    pub(crate) session_begin: String,
 }
 
 impl PgAdapter {
@@ -117,11 +138,49 @@ impl PgAdapter {
             // Waiting for a pooled connection, it takes an idle lane's back.
             let _wanting = self.lanes.wanting();
             let probes = self.gate.failed_probes();
-            match self.gate.acquire(begin_detached(&self.pool), || self.probe()).await {
+            let begin = begin_detached(&self.pool, self.begin_sql(), self.pooled.is_some());
+            match self.gate.acquire(begin, || self.probe()).await {
                 Err(e) if self.worth_another(&e, attempt, probes) => {}
                 other => return other,
             }
         }
+    }
+
+    /// The custom opening of a transaction (behind a transaction pooler with settings).
+    fn begin_sql(&self) -> Option<Arc<str>> {
+        self.pooled.as_ref().and_then(|p| p.begin.clone())
+    }
+
+    /// One statement in a transaction of its own (behind a transaction pooler, where nothing
+    /// may run outside one): `BEGIN`, `left` asked (when given; `Ok(None)` after a rollback
+    /// when the caller left), the statement, `COMMIT`. A COMMIT that lost its connection
+    /// returns that error, which the engine takes as "may have been applied", as it does for
+    /// an autocommit statement's.
+    async fn in_own_tx(
+        &self,
+        sql: &str,
+        args: &[Value],
+        kinds: &[Kind],
+        left: Option<&(dyn Fn() -> bool + Send + Sync)>,
+    ) -> DbResult<Option<Vec<Row>>> {
+        let mut tx = self.begin_tx().await?;
+        if left.is_some_and(|left| left()) {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let out = async move {
+            let rows = fetch(&mut tx, sql, args, kinds, false).await?;
+            tx.commit().await?;
+            Ok(rows)
+        }
+        .await;
+        match &out {
+            Ok(_) => self.gate.contact(),
+            Err(e) if is_connection_lost(e) => self.gate.lost(),
+            Err(_) => {}
+        }
+        let rows = out?;
+        Ok(Some(rows))
     }
 }
 
@@ -133,9 +192,29 @@ impl PgAdapter {
 /// runs in that stale transaction ("there is already a transaction in progress"), and a read
 /// there would hold its table locks until some later commit. Detached, the begin finishes; if
 /// nobody takes the transaction, dropping it rolls back properly.
-async fn begin_detached(pool: &PgPool) -> DbResult<Transaction<'static, Postgres>> {
-    let pool = pool.clone();
-    match tokio::spawn(async move { pool.begin().await }).await {
+async fn begin_detached(
+    pool: &PgPool,
+    begin: Option<Arc<str>>,
+    pooled: bool,
+) -> DbResult<Transaction<'static, Postgres>> {
+    let statement = begin.map(|sql| std::borrow::Cow::Owned(sql.to_string()));
+    let task = if pooled {
+        // Behind a transaction pooler every single statement is a transaction, so claimers
+        // that leave often would leave a begin each waiting in the pool's queue, ahead of
+        // every later caller. The connection is awaited here (a caller that leaves leaves the
+        // queue); only the BEGIN is detached.
+        let conn = pool.acquire().await?;
+        tokio::spawn(Transaction::begin(conn, statement))
+    } else {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            match statement {
+                Some(sql) => pool.begin_with(sql).await,
+                None => pool.begin().await,
+            }
+        })
+    };
+    match task.await {
         Ok(result) => result,
         Err(join) => Err(DbError::Protocol(format!("begin task ended: {join}"))),
     }
@@ -145,7 +224,8 @@ async fn begin_detached(pool: &PgPool) -> DbResult<Transaction<'static, Postgres
 impl Adapter for PgAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
         let tx = self.begin_tx().await?;
-        Ok(Box::new(PgWriteTx { tx, notifier: self.notifier.clone(), notified: false }))
+        let persistent = self.pooled.is_none();
+        Ok(Box::new(PgWriteTx { tx, notifier: self.notifier.clone(), notified: false, persistent }))
     }
 
     async fn read(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
@@ -153,7 +233,11 @@ impl Adapter for PgAdapter {
         loop {
             attempt += 1;
             let probes = self.gate.failed_probes();
-            match self.on_lane(sql, args, kinds, None).await {
+            let rows = match self.pooled {
+                Some(_) => self.in_own_tx(sql, args, kinds, None).await,
+                None => self.on_lane(sql, args, kinds, None).await,
+            };
+            match rows {
                 Err(e) if self.worth_another(&e, attempt, probes) => {}
                 other => return other.map(Option::unwrap_or_default),
             }
@@ -161,7 +245,11 @@ impl Adapter for PgAdapter {
     }
 
     async fn write_one(&self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        Ok(self.on_lane(sql, args, kinds, None).await?.unwrap_or_default())
+        let rows = match self.pooled {
+            Some(_) => self.in_own_tx(sql, args, kinds, None).await?,
+            None => self.on_lane(sql, args, kinds, None).await?,
+        };
+        Ok(rows.unwrap_or_default())
     }
 
     async fn write_one_unless(
@@ -171,7 +259,10 @@ impl Adapter for PgAdapter {
         kinds: &[Kind],
         left: &(dyn Fn() -> bool + Send + Sync),
     ) -> DbResult<Option<Vec<Row>>> {
-        self.on_lane(sql, args, kinds, Some(left)).await
+        match self.pooled {
+            Some(_) => self.in_own_tx(sql, args, kinds, Some(left)).await,
+            None => self.on_lane(sql, args, kinds, Some(left)).await,
+        }
     }
 
     fn inline_notify(&self) -> Option<String> {
@@ -184,7 +275,8 @@ impl Adapter for PgAdapter {
 
     async fn session(&self) -> DbResult<Box<dyn Session>> {
         let conn = self.gate.within(PgConnection::connect_with(&self.connect)).await?;
-        Ok(Box::new(PgSession { conn }))
+        let pooled = self.pooled.as_ref().map(|p| p.session_begin.clone());
+        Ok(Box::new(PgSession::new(conn, pooled)))
     }
 
     async fn close(&self) {
@@ -216,16 +308,18 @@ struct PgWriteTx {
     /// A statement carried this transaction's notification ([`SqlConn::inline_notify`]): it
     /// goes out with the COMMIT, so the commit asks the notifier for none.
     notified: bool,
+    /// False behind a transaction pooler: statements are unnamed.
+    persistent: bool,
 }
 
 #[async_trait]
 impl SqlConn for PgWriteTx {
     async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        execute(&mut self.tx, sql, args, true).await
+        execute(&mut self.tx, sql, args, self.persistent).await
     }
 
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        fetch(&mut self.tx, sql, args, kinds, true).await
+        fetch(&mut self.tx, sql, args, kinds, self.persistent).await
     }
 
     fn inline_notify(&mut self) -> Option<String> {
@@ -241,7 +335,7 @@ impl SqlConn for PgWriteTx {
 #[async_trait]
 impl WriteTx for PgWriteTx {
     async fn commit(self: Box<Self>, woke: bool) -> DbResult<()> {
-        let PgWriteTx { tx, notifier, notified } = *self;
+        let PgWriteTx { tx, notifier, notified, .. } = *self;
         tx.commit().await?;
         if woke && !notified {
             notifier.poke();

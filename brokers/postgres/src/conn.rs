@@ -93,49 +93,98 @@ pub(crate) async fn simple(conn: &mut PgConnection, sql: &str) -> DbResult<()> {
     sqlx::Executor::execute(conn, sql).await.map(|_| ())
 }
 
-/// A connection the caller owns, usually inside the caller's transaction (`enqueue_in`).
-pub(crate) struct ConnRef<'a>(pub(crate) &'a mut PgConnection);
+/// A connection the caller owns, usually inside the caller's transaction (`enqueue_in`);
+/// `persistent` is false behind a transaction pooler (no named statements).
+pub(crate) struct ConnRef<'a>(pub(crate) &'a mut PgConnection, pub(crate) bool);
 
 #[async_trait]
 impl SqlConn for ConnRef<'_> {
     async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        execute(self.0, sql, args, true).await
+        execute(self.0, sql, args, self.1).await
     }
 
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        fetch(self.0, sql, args, kinds, true).await
+        fetch(self.0, sql, args, kinds, self.1).await
     }
 }
 
 /// The migration session: a dedicated connection outside the pool, so the session-level
 /// advisory lock can never be left behind in a pooled connection (closing the socket releases
 /// it).
+///
+/// Behind a transaction pooler (`pooled`) the session holds no lock between transactions: each
+/// of its transactions opens with `pooled` (`BEGIN`, the settings, and
+/// `pg_advisory_xact_lock` on the migration key, released by its COMMIT), and a statement run
+/// outside [`Session::begin`] runs in a transaction of its own that opens the same way. So the
+/// runner's `CREATE TABLE IF NOT EXISTS` and each migration with its version check hold the
+/// lock, and the pooler may hand each transaction to another server connection.
 pub(crate) struct PgSession {
     pub(crate) conn: PgConnection,
+    pub(crate) pooled: Option<String>,
+    pub(crate) in_tx: bool,
+}
+
+impl PgSession {
+    /// A session on `conn`; `pooled` as [`PgSession`] says.
+    pub(crate) fn new(conn: PgConnection, pooled: Option<String>) -> PgSession {
+        PgSession { conn, pooled, in_tx: false }
+    }
+
+    /// Behind a transaction pooler and outside the session's own transaction: opens a
+    /// transaction for one statement (true). Otherwise nothing (false).
+    async fn enter(&mut self) -> DbResult<bool> {
+        match self.pooled.as_deref() {
+            Some(begin) if !self.in_tx => simple(&mut self.conn, begin).await.map(|()| true),
+            _ => Ok(false),
+        }
+    }
+
+    /// Ends the transaction [`PgSession::enter`] opened (`own`): commits after `out` succeeded,
+    /// rolls back after it failed.
+    async fn leave<T>(&mut self, own: bool, out: DbResult<T>) -> DbResult<T> {
+        if !own {
+            return out;
+        }
+        match out {
+            Ok(value) => simple(&mut self.conn, "COMMIT").await.map(|()| value),
+            Err(e) => {
+                let _ = simple(&mut self.conn, "ROLLBACK").await;
+                Err(e)
+            }
+        }
+    }
 }
 
 #[async_trait]
 impl SqlConn for PgSession {
     async fn execute(&mut self, sql: &str, args: &[Value]) -> DbResult<u64> {
-        execute(&mut self.conn, sql, args, false).await
+        let own = self.enter().await?;
+        let out = execute(&mut self.conn, sql, args, false).await;
+        self.leave(own, out).await
     }
 
     async fn fetch(&mut self, sql: &str, args: &[Value], kinds: &[Kind]) -> DbResult<Vec<Row>> {
-        fetch(&mut self.conn, sql, args, kinds, false).await
+        let own = self.enter().await?;
+        let out = fetch(&mut self.conn, sql, args, kinds, false).await;
+        self.leave(own, out).await
     }
 }
 
 #[async_trait]
 impl Session for PgSession {
     async fn begin(&mut self) -> DbResult<()> {
-        simple(&mut self.conn, "BEGIN").await
+        simple(&mut self.conn, self.pooled.as_deref().unwrap_or("BEGIN")).await?;
+        self.in_tx = true;
+        Ok(())
     }
 
     async fn commit(&mut self) -> DbResult<()> {
+        self.in_tx = false;
         simple(&mut self.conn, "COMMIT").await
     }
 
     async fn rollback(&mut self) -> DbResult<()> {
+        self.in_tx = false;
         simple(&mut self.conn, "ROLLBACK").await
     }
 

@@ -33,12 +33,21 @@ pub(crate) const CLAIM_ROWS_IN_FLIGHT: usize = 800;
 #[derive(Clone, Debug, Default)]
 pub struct PgDialect {
     tag: String,
+    pooled: bool,
 }
 
 impl PgDialect {
     /// A dialect whose wake-up notifications carry `tag` as payload.
     pub fn new(tag: impl Into<String>) -> PgDialect {
-        PgDialect { tag: tag.into() }
+        PgDialect { tag: tag.into(), pooled: false }
+    }
+
+    /// The dialect behind a transaction pooler: no session-level DDL lock (the migration
+    /// session takes `pg_advisory_xact_lock` in each of its transactions instead, on the same
+    /// key, so it excludes handles that migrate without a pooler too).
+    pub fn behind_transaction_pooler(mut self) -> PgDialect {
+        self.pooled = true;
+        self
     }
 
     /// The payload of this handle's wake-up notifications.
@@ -160,6 +169,9 @@ impl Dialect for PgDialect {
     }
 
     fn ddl_lock(&self, key: &str) -> Option<DdlLock> {
+        if self.pooled {
+            return None;
+        }
         let k = Value::Int(advisory_key(key));
         Some(DdlLock {
             lock_sql: "SELECT pg_advisory_lock(?)".to_owned(),

@@ -27,6 +27,15 @@
 //!   dedicated connection, recorded in `<prefix>schema_migrations` (extensions §E6).
 //! * **Transactional enqueue**: [`PgBroker::enqueue_in`] enqueues inside the caller's
 //!   transaction (extensions §E15).
+//! * **Behind a transaction pooler** (PgBouncer `pool_mode = transaction`): say so with
+//!   `?pooler=transaction` in the URL or [`PgOptions::pooler`], and give the one `LISTEN`
+//!   connection a direct URL (`&listen_url=…`, [`PgOptions::listen_url`]). The broker then
+//!   sends no named prepared statements and runs every statement inside an explicit
+//!   transaction (the pooler may switch server connections between transactions), keeps no
+//!   session state ([`PgOptions::setting`] becomes `SET LOCAL` per transaction), and takes the
+//!   migration lock with `pg_advisory_xact_lock` in each migration transaction. Without a
+//!   listen URL other processes' waiters find new work by polling, and
+//!   `cross_process_wakeups` is false. See docs/scaling.md.
 //!
 //! ```no_run
 //! # async fn demo() -> taskgate::Result<()> {
@@ -60,20 +69,21 @@ use taskgate_sql::{EngineConfig, SqlBroker};
 pub use dialect::{sqlstate, PgDialect};
 pub use migrations::MIGRATIONS;
 pub use options::{
-    PgOptions, CONNECT_TIMEOUT_PARAM, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_PREFIX,
+    PgOptions, Pooler, CONNECT_TIMEOUT_PARAM, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_POLL_INTERVAL, DEFAULT_POOL_SIZE, DEFAULT_PREFIX, LISTEN_URL_PARAM, POOLER_PARAM,
 };
 /// The sqlx this backend is built on (0.8.6), so a caller's transaction for `enqueue_in` has
 /// the same types: `taskgate_<backend>::sqlx::Transaction`.
 pub use sqlx;
 
-use adapter::PgAdapter;
-use dialect::wake_channel;
+use adapter::{PgAdapter, Pooled};
+use dialect::{advisory_key, wake_channel};
 use notifier::Notifier;
 
 /// What a PostgreSQL broker declares ([`Broker::capabilities`](taskgate::Broker::capabilities)):
 /// everything — quota, audit, `enqueue_in`, `LISTEN/NOTIFY` wake-ups across processes, shared
-/// durable storage, the server's clock.
+/// durable storage, the server's clock. Behind a transaction pooler without a listen URL
+/// ([`PgOptions::listen_url`]) the same but `cross_process_wakeups` (nobody listens).
 pub const CAPABILITIES: Capabilities = Capabilities::NONE
     .with_quota(true)
     .with_audit(true)
@@ -96,6 +106,8 @@ struct Handle {
     pool: PgPool,
     tag: String,
     application_name: String,
+    /// False behind a transaction pooler: the caller's connections get unnamed statements.
+    persistent: bool,
     listener: tokio::task::JoinHandle<()>,
 }
 
@@ -128,19 +140,34 @@ impl PgBroker {
         options.check()?;
         let tag = handle_tag();
         let app = options.application_name.clone().unwrap_or_else(|| format!("taskgate:{tag}"));
-        let connect = options.connect.clone().application_name(&app);
+        let connect = options.pool_connect().application_name(&app);
+        let listen = options.listen_connect()?;
         let pool = PgPoolOptions::new()
             .max_connections(options.pool_size)
             .min_connections(0)
             .test_before_acquire(false)
             .acquire_timeout(options.acquire_timeout)
             .connect_lazy_with(connect.clone());
+        let listen_connect = listen.clone().unwrap_or_else(|| connect.clone());
         let listen_pool = PgPoolOptions::new()
             .max_connections(1)
             .test_before_acquire(false)
             .acquire_timeout(options.acquire_timeout)
-            .connect_lazy_with(connect.clone().application_name(&format!("{app}:listen")));
-        let dialect = PgDialect::new(tag.clone());
+            .connect_lazy_with(listen_connect.application_name(&format!("{app}:listen")));
+        let pooled = (options.pooler == Pooler::Transaction).then(|| {
+            let begin = options.begin_sql();
+            let key = advisory_key(&format!("{}schema", options.prefix));
+            let opening = begin.as_deref().unwrap_or("BEGIN");
+            Pooled {
+                session_begin: format!("{opening}; SELECT pg_advisory_xact_lock({key})"),
+                begin: begin.map(Arc::from),
+            }
+        });
+        let persistent = pooled.is_none();
+        let dialect = match pooled {
+            Some(_) => PgDialect::new(tag.clone()).behind_transaction_pooler(),
+            None => PgDialect::new(tag.clone()),
+        };
         let channel = wake_channel(&options.prefix);
         let adapter = PgAdapter {
             pool: pool.clone(),
@@ -156,6 +183,7 @@ impl PgBroker {
             reconnect_attempts: options.pool_size.saturating_add(2),
             gate: taskgate_sql::ConnectGate::new(options.connect_timeout),
             probe: connect.application_name(&format!("{app}:probe")),
+            pooled,
         };
         let adapter: Arc<dyn taskgate_sql::Adapter> = Arc::new(adapter);
         #[cfg(feature = "test-hooks")]
@@ -168,12 +196,18 @@ impl PgBroker {
             poll_interval: options.poll_interval,
             migrations: MIGRATIONS,
             migrate_on_init: true,
-            capabilities: CAPABILITIES,
+            capabilities: CAPABILITIES.with_cross_process_wakeups(listen.is_some()),
         };
         let inner = SqlBroker::new(adapter, Arc::new(dialect), config)?;
-        let listener =
-            tokio::spawn(notifier::listen(inner.clone(), listen_pool, channel, tag.clone()));
-        let handle = Handle { pool, tag, application_name: app, listener };
+        let listener = match listen {
+            Some(_) => {
+                tokio::spawn(notifier::listen(inner.clone(), listen_pool, channel, tag.clone()))
+            }
+            // Behind a transaction pooler with no direct URL nobody listens: polling finds
+            // other processes' work.
+            None => tokio::spawn(async {}),
+        };
+        let handle = Handle { pool, tag, application_name: app, persistent, listener };
         Ok(PgBroker { inner, handle: Arc::new(handle) })
     }
 
@@ -188,9 +222,12 @@ impl PgBroker {
         task: &Task,
     ) -> Result<Task> {
         let conn: &mut sqlx::PgConnection = tx;
-        let stored = self.inner.enqueue_on(&mut conn::ConnRef(&mut *conn), task).await?;
+        let persistent = self.handle.persistent;
+        let stored =
+            self.inner.enqueue_on(&mut conn::ConnRef(&mut *conn, persistent), task).await?;
         if stored.status == Status::Pending {
             sqlx::query("SELECT pg_notify($1, '')")
+                .persistent(persistent)
                 .bind(wake_channel(self.inner.prefix()))
                 .execute(conn)
                 .await
@@ -210,7 +247,9 @@ impl PgBroker {
     }
 
     /// The pool this handle runs on (for the caller's own transactions around
-    /// [`PgBroker::enqueue_in`]).
+    /// [`PgBroker::enqueue_in`]). Behind a transaction pooler, run your own statements on it
+    /// inside a transaction and unnamed (`sqlx::query(…).persistent(false)`): sqlx names a
+    /// statement it was asked to keep even with its cache off.
     pub fn pool(&self) -> &PgPool {
         &self.handle.pool
     }
@@ -253,6 +292,19 @@ mod tests {
         assert!(c.quota && c.transactional_enqueue && c.cross_process_wakeups);
         assert!(c.shared_storage && c.durable && c.server_clock && c.audit);
         assert!(broker.quota_provider().is_some(), "quota declared, quota given");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn behind_a_transaction_pooler_wakeups_cross_processes_only_with_a_listen_url(
+    ) -> taskgate::Result<()> {
+        let pooled = "postgres://nobody@127.0.0.1:9/none?pooler=transaction";
+        let polling = PgBroker::connect_lazy(pooled)?;
+        assert_eq!(polling.capabilities(), CAPABILITIES.with_cross_process_wakeups(false));
+        let listening = PgBroker::connect_lazy(&format!(
+            "{pooled}&listen_url=postgres%3A%2F%2Fnobody%40127.0.0.1%3A8%2Fnone"
+        ))?;
+        assert_eq!(listening.capabilities(), CAPABILITIES);
         Ok(())
     }
 }

@@ -19,6 +19,12 @@
 //! the schema before `pg_catalog` in their `search_path`, so the engine's server-time
 //! expression (`clock_timestamp()`, unqualified) reads the table instead of the server's
 //! real clock.
+//!
+//! Behind a transaction pooler ([`PgFactory::pgbouncer_from_env`], `TASKGATE_PGBOUNCER_URL`
+//! with `?pooler=transaction`) the same storages, with the handles' settings (`search_path`,
+//! `deadlock_timeout`) set per transaction ([`PgOptions::setting`]); the kit's own statements
+//! use the simple protocol, which passes a transaction pooler, and its admin connections go
+//! to the listen URL (the direct one) when there is one.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -34,6 +40,11 @@ use crate::{PgBroker, PgOptions};
 
 /// The environment variable naming the test server.
 pub const URL_VAR: &str = "TASKGATE_PG_URL";
+/// The environment variable naming the test server behind PgBouncer in transaction mode
+/// (`postgres://…:6432/test?pooler=transaction&listen_url=…`; `ci/pgbouncer.sh` exports it).
+pub const PGBOUNCER_URL_VAR: &str = "TASKGATE_PGBOUNCER_URL";
+/// The [`Factory::name`] of [`PgFactory::pgbouncer_from_env`]'s factory.
+pub const PGBOUNCER_NAME: &str = "postgres-pgbouncer";
 /// Pool size of a test handle: small, since cases run in parallel on one server.
 pub const TEST_POOL_SIZE: u32 = 4;
 /// Poll interval of a test handle.
@@ -57,6 +68,7 @@ enum Source {
 #[derive(Clone, Debug)]
 pub struct PgFactory {
     source: Source,
+    name: String,
     pool_size: u32,
     poll_interval: Duration,
 }
@@ -89,8 +101,35 @@ impl PgFactory {
         PgFactory::with_source(source)
     }
 
+    /// A factory on the server behind PgBouncer in transaction mode named by
+    /// `TASKGATE_PGBOUNCER_URL` (which must say `pooler=transaction`), named
+    /// [`PGBOUNCER_NAME`]; unset, one whose storage is [`Unavailable`] (a loud skip, or a
+    /// failure under `TASKGATE_REQUIRE_DB=1`).
+    pub fn pgbouncer_from_env() -> PgFactory {
+        let var = PGBOUNCER_URL_VAR;
+        let source = match std::env::var(var) {
+            Ok(url) if !url.trim().is_empty() => match PgOptions::from_url(url.trim()) {
+                Ok(o) if o.get_pooler() == crate::Pooler::Transaction => {
+                    Source::Url(url.trim().to_owned())
+                }
+                Ok(_) => Source::Broken(format!("{var} does not say ?pooler=transaction")),
+                Err(e) => Source::Broken(format!("{var}: {e}")),
+            },
+            _ => Source::Unavailable(format!(
+                "{var} is not set (ci/pgbouncer.sh starts PgBouncer and sets it): no PostgreSQL \
+                 server behind a transaction pooler"
+            )),
+        };
+        PgFactory { name: PGBOUNCER_NAME.to_owned(), ..PgFactory::with_source(source) }
+    }
+
     fn with_source(source: Source) -> PgFactory {
-        PgFactory { source, pool_size: TEST_POOL_SIZE, poll_interval: TEST_POLL_INTERVAL }
+        PgFactory {
+            source,
+            name: "postgres".to_owned(),
+            pool_size: TEST_POOL_SIZE,
+            poll_interval: TEST_POLL_INTERVAL,
+        }
     }
 
     /// The pool size of every handle this factory's storages open.
@@ -135,7 +174,7 @@ impl PgFactory {
 #[async_trait]
 impl Factory for PgFactory {
     fn name(&self) -> String {
-        "postgres".to_owned()
+        self.name.clone()
     }
 
     async fn storage(&self) -> Result<Box<dyn Storage>, BoxError> {
@@ -173,9 +212,7 @@ impl PgStorage {
             .pool_size(self.pool_size)
             .poll_interval(self.poll_interval);
         Ok(match self.fast_deadlocks {
-            true => {
-                options.tune_connect(|c| c.options([("deadlock_timeout", TEST_DEADLOCK_TIMEOUT)]))
-            }
+            true => options.setting("deadlock_timeout", TEST_DEADLOCK_TIMEOUT),
             false => options,
         })
     }
@@ -185,9 +222,11 @@ impl PgStorage {
         self.options()?.connect().await
     }
 
-    /// A plain connection to the test server (for inspecting or breaking things).
+    /// A plain connection to the test server (for inspecting or breaking things): to the
+    /// listen URL when the storage's URL has one (the direct URL behind a pooler), else to
+    /// the URL itself.
     pub async fn admin(&self) -> Result<PgConnection, BoxError> {
-        Ok(PgConnection::connect(&self.url).await?)
+        admin_connect(&self.url).await
     }
 }
 
@@ -243,16 +282,14 @@ impl PgStorage {
     async fn make_clock(&self, start: Timestamp) -> Result<PgServerClock, BoxError> {
         let schema = format!("{}clock", self.prefix);
         let mut conn = self.admin().await?;
-        let tables: String =
-            sqlx::query_scalar("SELECT current_schema()::text").fetch_one(&mut conn).await?;
+        let row = sqlx::Executor::fetch_one(&mut conn, "SELECT current_schema()::text").await?;
+        let tables: String = sqlx::Row::try_get(&row, 0)?;
         *self.clock_schema.lock().unwrap_or_else(|p| p.into_inner()) = Some(schema.clone());
         crate::conn::simple(&mut conn, &format!("CREATE SCHEMA {schema}")).await?;
         let create = format!("CREATE TABLE {schema}.server_now (ms BIGINT NOT NULL)");
         crate::conn::simple(&mut conn, &create).await?;
-        sqlx::query(&format!("INSERT INTO {schema}.server_now (ms) VALUES ($1)"))
-            .bind(start.as_millis())
-            .execute(&mut conn)
-            .await?;
+        let insert = format!("INSERT INTO {schema}.server_now (ms) VALUES ({})", start.as_millis());
+        crate::conn::simple(&mut conn, &insert).await?;
         let function = format!(
             "CREATE FUNCTION {schema}.clock_timestamp() RETURNS timestamptz LANGUAGE sql \
              VOLATILE AS $$ SELECT timestamptz 'epoch' + ms * interval '1 millisecond' \
@@ -262,7 +299,7 @@ impl PgStorage {
         conn.close().await?;
         // No spaces: the startup `options` parameter splits on them.
         let path = format!("\"{tables}\",{schema},pg_catalog");
-        let options = self.options()?.tune_connect(|c| c.options([("search_path", path)]));
+        let options = self.options()?.setting("search_path", path);
         Ok(PgServerClock { url: self.url.clone(), schema, options })
     }
 }
@@ -281,11 +318,9 @@ impl ServerClock for PgServerClock {
     }
 
     async fn set(&self, at: Timestamp) -> Result<(), BoxError> {
-        let mut conn = PgConnection::connect(&self.url).await?;
-        sqlx::query(&format!("UPDATE {}.server_now SET ms = $1", self.schema))
-            .bind(at.as_millis())
-            .execute(&mut conn)
-            .await?;
+        let mut conn = admin_connect(&self.url).await?;
+        let update = format!("UPDATE {}.server_now SET ms = {}", self.schema, at.as_millis());
+        crate::conn::simple(&mut conn, &update).await?;
         conn.close().await?;
         Ok(())
     }
@@ -307,11 +342,10 @@ async fn may_set_deadlock_timeout(url: &str) -> bool {
         return *known;
     }
     let asked: Result<bool, BoxError> = async {
-        let mut conn = PgConnection::connect(url).await?;
-        let yes: bool =
-            sqlx::query_scalar("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
-                .fetch_one(&mut conn)
-                .await?;
+        let mut conn = admin_connect(url).await?;
+        let rolsuper = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user";
+        let row = sqlx::Executor::fetch_one(&mut conn, rolsuper).await?;
+        let yes: bool = sqlx::Row::try_get(&row, 0)?;
         conn.close().await?;
         Ok(yes)
     }
@@ -326,17 +360,29 @@ pub async fn sweep(url: &str) -> Result<Vec<TestPrefix>, BoxError> {
     let swept = broker.engine().sweep_stale_test_tables().await;
     let _ = taskgate::Broker::close(&broker).await;
     let swept = swept?;
-    let mut conn = PgConnection::connect(url).await?;
-    let schemas: Vec<String> = sqlx::query_scalar(
-        "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'tgtest\\_%clock'",
-    )
-    .fetch_all(&mut conn)
-    .await?;
+    let mut conn = admin_connect(url).await?;
+    let list = "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'tgtest\\_%clock'";
+    let rows = sqlx::Executor::fetch_all(&mut conn, list).await?;
+    let schemas: Vec<String> =
+        rows.iter().map(|r| sqlx::Row::try_get(r, 0)).collect::<Result<_, _>>()?;
     for prefix in stale_prefixes(schemas.iter().map(String::as_str), SystemTime::now()) {
         drop_clock_schema(&mut conn, &format!("{prefix}clock")).await?;
     }
     conn.close().await?;
     Ok(swept)
+}
+
+/// A plain connection for the kit's own statements on the server of `url`: to its listen URL
+/// when it has one (behind a pooler, the direct URL), else through the URL itself, with the
+/// pool's connect options (no statement cache behind a pooler). The kit sends its statements
+/// with the simple protocol, so they pass a transaction pooler too.
+async fn admin_connect(url: &str) -> Result<PgConnection, BoxError> {
+    let options = PgOptions::from_url(url)?;
+    let connect = match options.listen_url {
+        Some(_) => options.listen_connect()?.unwrap_or_else(|| options.pool_connect()),
+        None => options.pool_connect(),
+    };
+    Ok(PgConnection::connect_with(&connect).await?)
 }
 
 /// True when a Docker engine answers on `DOCKER_HOST` or the default socket.
