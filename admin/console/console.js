@@ -254,7 +254,6 @@
         const rows = list.queues.map((q) => el('tr', { 'data-queue': q.name },
           el('td', null, link('#/tasks?queue=' + seg(q.name), q.name)),
           el('td', { class: 'num length' }, String(q.length)),
-          el('td', { class: 'num' }, String(q.running)),
           STATUSES.map((s) => el('td', { class: 'num count-' + s }, String(q.counts[s] || 0))),
           el('td', null, age(q.oldest_ready_age_ms)),
           el('td', { class: 'state' }, q.paused ? badge('paused') : 'active'),
@@ -264,7 +263,7 @@
             onclick: () => act((q.paused ? 'Resume ' : 'Pause ') + q.name, 'POST',
               'queues/' + seg(q.name) + (q.paused ? '/resume' : '/pause')),
           }, q.paused ? 'Resume' : 'Pause'))));
-        replace(holder, table('queues', ['Queue', 'Length', 'Running'].concat(STATUSES,
+        replace(holder, table('queues', ['Queue', 'Length'].concat(STATUSES,
           ['Oldest ready', 'State', '']), rows));
       },
     };
@@ -315,7 +314,8 @@
             el('td', null, taskLink(t.id)),
             el('td', null, t.type),
             el('td', null, t.queue),
-            el('td', { class: 'status' }, badge(t.status)),
+            el('td', { class: 'status' }, badge(t.status), t.lease_expired
+              ? [' ', el('span', { class: 'badge lease-expired', title: t.lease_note }, 'lease expired')] : null),
             el('td', null, t.owner || '—'),
             el('td', null, t.business_key || '—'),
             el('td', { class: 'num' }, t.attempts + ' / ' + t.max_retry),
@@ -456,6 +456,8 @@
           row('Lease lost / throttled', t.lease_lost + ' / ' + t.throttled),
           row('Resumes', String(t.resumes)),
           row('Cancel requested', t.cancel_requested ? 'yes' : 'no'),
+          row('Lease', t.lease_expires_at ? el('span', { id: 'lease', class: t.lease_expired ? 'lease-expired' : '' },
+            time(t.lease_expires_at) + ' — ' + t.lease_note) : '—'),
           row('On parent failure', t.on_parent_failure),
           row('Run at', time(t.run_at)), row('Created', time(t.created_at)),
           row('Started', time(t.started_at)), row('Finished', time(t.finished_at)),

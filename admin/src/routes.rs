@@ -127,9 +127,10 @@ pub(crate) async fn list_tasks(
         offset: (page - 1) * per_page,
     };
     let mut tasks = state.broker.list(&filter).await?;
+    let now = state.broker.now().await?;
     let has_more = tasks.len() > per_page;
     tasks.truncate(per_page);
-    let tasks = tasks.iter().map(TaskView::from).collect();
+    let tasks = tasks.iter().map(|t| TaskView::at(t, now)).collect();
     Ok(Json(TaskPage { tasks, page, per_page, has_more }))
 }
 
@@ -149,7 +150,7 @@ pub(crate) async fn get_task(
     Segment(id): Segment,
 ) -> ApiResult<TaskView> {
     let task = visible(&state, &caller, &id).await?;
-    let mut view = TaskView::from(&task);
+    let mut view = TaskView::at(&task, state.broker.now().await?);
     // The children an owner-bound caller may see: its owner's.
     let filter = Filter {
         parent: task.id.clone(),

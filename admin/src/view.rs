@@ -113,6 +113,16 @@ pub struct TaskView {
     pub more_children: Option<bool>,
     /// What happens when a parent fails (`fail_fast`, `ignore`, …).
     pub on_parent_failure: String,
+    /// While running: when the lease expires unless the worker's next heartbeat extends it
+    /// (RFC 3339); null in every other status.
+    pub lease_expires_at: Option<String>,
+    /// Running with its lease deadline passed (by the broker's clock when the list or get
+    /// answered): the worker stopped heart-beating and the reaper will requeue the task.
+    /// False in the answers of mutations.
+    pub lease_expired: bool,
+    /// The lease for people: `expires in 42 s`, `expired 12 s ago — the reaper will requeue
+    /// it`, or empty (not running; and in the answers of mutations).
+    pub lease_note: String,
 }
 
 impl From<&Task> for TaskView {
@@ -152,7 +162,18 @@ impl From<&Task> for TaskView {
             children: None,
             more_children: None,
             on_parent_failure: t.on_parent_failure.as_str().to_owned(),
+            lease_expires_at: t.lease_expires_at.map(time),
+            lease_expired: false,
+            lease_note: String::new(),
         }
+    }
+}
+
+impl TaskView {
+    /// The view of `t` with its lease read against the broker's `now`.
+    pub(crate) fn at(t: &Task, now: Timestamp) -> Self {
+        let lease = t.lease_at(now);
+        TaskView { lease_expired: lease.is_expired(), lease_note: lease.to_string(), ..t.into() }
     }
 }
 

@@ -331,6 +331,9 @@ async fn seed(broker: &dyn Broker) -> taskgate::Result<String> {
     let bulk: Vec<Task> =
         (0..25).map(|i| Task::new("noop", "bulk").with_id(format!("b{i:02}"))).collect();
     broker.enqueue_many(&bulk).await?;
+    // A dead worker's task: claimed under a 1 s lease (common::run) and never heart-beaten.
+    broker.enqueue(&Task::new("crawl", "lost").with_id("lost1")).await?;
+    broker.dequeue(&["lost"]).await?;
     Ok(replay.id)
 }
 
@@ -402,6 +405,22 @@ async fn walk(b: &Browser, server: &Server, broker: &dyn Broker, replay_id: &str
     cancel_and_resume(b, broker, backend).await;
     progress_refreshes(b, broker).await;
     family(b, replay_id, backend).await;
+    lease(b, backend).await;
+}
+
+/// The dead worker's task: its list row and its page mark the expired lease.
+async fn lease(b: &Browser, backend: &str) {
+    b.js("location.hash = '#/tasks?queue=lost'; return true").await;
+    let badge =
+        "const r = document.querySelector(\"table.tasks tr[data-id='lost1'] .lease-expired\"); \
+                 return r ? r.textContent : null";
+    b.until("the list marks the expired lease", badge, json!("lease expired")).await;
+    b.js("location.hash = '#/task/lost1'; return true").await;
+    let shown = "const l = document.getElementById('lease'); return l ? [l.className, \
+                 l.textContent.includes('expired'), l.textContent.includes('the reaper will requeue it')] : null";
+    b.until("the task page marks the expired lease", shown, json!(["lease-expired", true, true]))
+        .await;
+    b.screenshot(&shot_name(backend, "-lease")).await;
 }
 
 async fn queues(b: &Browser, broker: &dyn Broker, backend: &str) {
@@ -412,7 +431,14 @@ async fn queues(b: &Browser, broker: &dyn Broker, backend: &str) {
     b.until("mail's counts", counts, json!(["3", "3", "active"])).await;
     let names = "return [...document.querySelectorAll('table.queues tbody tr')]\
                  .map((r) => r.getAttribute('data-queue'))";
-    b.until("every queue", names, json!(["billing", "bulk", "etl", "mail", "steps"])).await;
+    b.until("every queue", names, json!(["billing", "bulk", "etl", "lost", "mail", "steps"])).await;
+    let heads =
+        "return [...document.querySelectorAll('table.queues thead th')].map((h) => h.textContent)";
+    let heads = b.js(heads).await;
+    let want = ["Queue", "Length", "pending", "blocked", "running", "retrying", "completed"];
+    let want: Vec<&str> =
+        want.into_iter().chain(["failed", "canceled", "Oldest ready", "State", ""]).collect();
+    assert_eq!(heads, json!(want), "one column per status, running once (issue 40 item 8)");
     b.screenshot(&shot_name(backend, "-queues")).await;
 
     b.click("table.queues tr[data-queue='mail'] button.pause-queue").await;

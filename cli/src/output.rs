@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::Value as Json;
-use taskgate::{Task, Timestamp};
+use taskgate::{LeaseState, Task, Timestamp};
 
 /// How a verb prints its result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +108,7 @@ pub(crate) struct TaskView {
     progress: Option<u8>,
     message: String,
     cursor: Option<Bytes>,
+    lease_expires_at: Option<String>,
 }
 
 impl TaskView {
@@ -140,6 +141,7 @@ impl TaskView {
             progress: task.progress,
             message: task.message.clone(),
             cursor: Bytes::of(task.cursor.as_deref()),
+            lease_expires_at: task.lease_expires_at.map(|t| t.to_string()),
         }
     }
 
@@ -150,22 +152,41 @@ impl TaskView {
 }
 
 /// The status as people read it: `running (cancel requested)` while a cancel waits for the
-/// worker.
-pub(crate) fn status_label(task: &Task) -> String {
-    match task.cancel_requested {
-        true => format!("{} (cancel requested)", task.status),
-        false => task.status.to_string(),
+/// worker, `running (lease expired 12 s ago)` when the worker stopped heart-beating (by the
+/// broker's clock `now`).
+pub(crate) fn status_label(task: &Task, now: Timestamp) -> String {
+    let mut notes = Vec::new();
+    if task.cancel_requested {
+        notes.push("cancel requested".to_owned());
+    }
+    if let LeaseState::Expired { ago } = task.lease_at(now) {
+        notes.push(format!("lease expired {} s ago", ago.as_secs()));
+    }
+    match notes.is_empty() {
+        true => task.status.to_string(),
+        false => format!("{} ({})", task.status, notes.join(", ")),
     }
 }
 
-/// One task as `key: value` lines, empty fields left out.
-pub(crate) fn task_block(task: &Task) -> String {
+/// The lease line of `get`: the deadline and how it stands at `now`; empty when not running.
+fn lease_line(task: &Task, now: Timestamp) -> String {
+    match task.lease_expires_at {
+        Some(at) if task.status == taskgate::Status::Running => {
+            format!("{at}, {}", task.lease_at(now))
+        }
+        _ => String::new(),
+    }
+}
+
+/// One task as `key: value` lines, empty fields left out; the lease read at `now`.
+pub(crate) fn task_block(task: &Task, now: Timestamp) -> String {
     let time = |t: Option<Timestamp>| t.map_or_else(|| "-".to_owned(), |t| t.to_string());
     let mut rows: Vec<(&str, String)> = vec![
         ("id", task.id.clone()),
         ("type", task.task_type.clone()),
         ("queue", task.queue.clone()),
-        ("status", status_label(task)),
+        ("status", status_label(task, now)),
+        ("lease", lease_line(task, now)),
         ("business key", task.business_key.clone()),
         ("replay of", task.replay_of.clone()),
         ("owner", task.owner.clone()),

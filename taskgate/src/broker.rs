@@ -457,4 +457,10 @@ pub trait Broker: Send + Sync {
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {
         None
     }
+
+    /// Enqueue inside the caller's own database transaction (extensions §E15), when the
+    /// backend has it: `Some` exactly where [`Capabilities::transactional_enqueue`] is true.
+    fn tx_enqueue(&self) -> Option<&dyn crate::TxEnqueue> {
+        None
+    }
 }

@@ -33,6 +33,7 @@ mod quota;
 mod task;
 mod time;
 mod transition;
+mod tx;
 pub mod validate;
 pub mod wake;
 
@@ -50,7 +51,11 @@ pub use options::{
 };
 pub use queues::QueueList;
 pub use quota::{window_start, QuotaConfig, QuotaGate, QuotaProvider, Reservation};
-pub use task::{OnParentFailure, Status, Task, DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY};
+pub use task::{
+    LeaseState, OnParentFailure, Status, Task, DEFAULT_MAX_RETRY, DEFAULT_PRIORITY, MAX_PRIORITY,
+    MIN_PRIORITY,
+};
 pub use time::{duration_millis, Timestamp};
 pub use transition::{is_legal, transition};
+pub use tx::{CallerTx, TxEnqueue};
 pub use validate::{Limits, StorageBound};

@@ -165,6 +165,10 @@ pub struct Task {
     pub on_parent_failure: OnParentFailure,
     /// The current claim's lease token; empty unless `running`.
     pub lease_token: String,
+    /// While `running`: when the current lease expires unless a heartbeat extends it; after
+    /// it the reaper takes the task back (its worker is presumed dead). `None` in every other
+    /// status. Set by the broker; ignored at enqueue (contract §1.1.11).
+    pub lease_expires_at: Option<Timestamp>,
     /// When the broker stored the task (list order key).
     pub created_at: Timestamp,
     /// The first successful claim.
@@ -192,6 +196,51 @@ pub struct Task {
     pub priority: i16,
 }
 
+/// How a task's lease stands at a moment, as operators' views show it (CLI, admin API,
+/// console): the reaper takes back a `running` task whose lease has expired (contract §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Not running: no lease.
+    None,
+    /// Running, and its lease still holds for this long.
+    Live {
+        /// Until the deadline.
+        expires_in: std::time::Duration,
+    },
+    /// Running, but the lease ran out this long ago: the worker stopped heart-beating
+    /// (crashed, killed, cut off) and the next reaper round takes the task back.
+    Expired {
+        /// Since the deadline.
+        ago: std::time::Duration,
+    },
+}
+
+impl LeaseState {
+    /// True for [`LeaseState::Expired`].
+    pub fn is_expired(self) -> bool {
+        matches!(self, LeaseState::Expired { .. })
+    }
+}
+
+impl fmt::Display for LeaseState {
+    /// `expires in 42 s`, `expired 12 s ago — the reaper will requeue it`, or nothing.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeaseState::None => Ok(()),
+            LeaseState::Live { expires_in } => write!(f, "expires in {} s", expires_in.as_secs()),
+            LeaseState::Expired { ago } => {
+                write!(f, "expired {} s ago — the reaper will requeue it", ago.as_secs())
+            }
+        }
+    }
+}
+
+/// The business retries a task gets unless its submitter sets a budget, however it is made:
+/// [`Task::new`] and the worker runtime's submits share it (`docs/decisions.md`, "One default
+/// retry budget"). With the back-off curve (1 s doubling to a 10-minute cap) 25 retries keep a
+/// failing task trying for about 2 h 50 min before it fails.
+pub const DEFAULT_MAX_RETRY: u32 = 25;
+
 /// The priority a task has unless its submitter sets one (the middle of the range, so work
 /// can be made both more and less urgent than the default).
 pub const DEFAULT_PRIORITY: i16 = 0;
@@ -201,9 +250,16 @@ pub const MIN_PRIORITY: i16 = -100;
 pub const MAX_PRIORITY: i16 = 100;
 
 impl Task {
-    /// A new task of `task_type` on `queue`, ready to enqueue.
+    /// A new task of `task_type` on `queue`, ready to enqueue, with the default retry budget
+    /// ([`DEFAULT_MAX_RETRY`]; `with_max_retry(0)` means no retries). `Task::default()` is the
+    /// all-empty record (`max_retry` 0), not a submission.
     pub fn new(task_type: impl Into<String>, queue: impl Into<String>) -> Self {
-        Task { task_type: task_type.into(), queue: queue.into(), ..Task::default() }
+        Task {
+            task_type: task_type.into(),
+            queue: queue.into(),
+            max_retry: DEFAULT_MAX_RETRY,
+            ..Task::default()
+        }
     }
 
     /// The key claims take ready tasks in, smallest first (extensions §E17.2):
@@ -271,6 +327,22 @@ impl Task {
         self
     }
 
+    /// How this snapshot's lease stands at `now` (the broker's clock, [`Broker::now`]): a
+    /// deadline exactly at `now` still holds, as it does for the reaper.
+    ///
+    /// [`Broker::now`]: crate::Broker::now
+    pub fn lease_at(&self, now: Timestamp) -> LeaseState {
+        match self.lease_expires_at {
+            Some(at) if self.status == Status::Running && at >= now => {
+                LeaseState::Live { expires_in: at.duration_since(now) }
+            }
+            Some(at) if self.status == Status::Running => {
+                LeaseState::Expired { ago: now.duration_since(at) }
+            }
+            _ => LeaseState::None,
+        }
+    }
+
     /// The distinct parents in first-occurrence order (duplicates count once, contract §5.1).
     pub fn distinct_parents(&self) -> Vec<&str> {
         let mut seen = std::collections::HashSet::new();
@@ -288,6 +360,21 @@ mod tests {
             assert_eq!(status.as_str().parse::<Status>().ok(), Some(status));
         }
         assert!("done".parse::<Status>().is_err());
+    }
+
+    #[test]
+    fn lease_state_reads_the_deadline_against_now() {
+        let at = Timestamp::from_millis(100_000);
+        let mut t = Task::new("t", "q");
+        t.status = Status::Running;
+        t.lease_expires_at = Some(at);
+        let live = t.lease_at(Timestamp::from_millis(58_000));
+        assert_eq!(live.to_string(), "expires in 42 s");
+        assert!(!t.lease_at(at).is_expired(), "a deadline exactly now still holds");
+        let gone = t.lease_at(Timestamp::from_millis(112_500));
+        assert_eq!(gone.to_string(), "expired 12 s ago — the reaper will requeue it");
+        t.status = Status::Completed;
+        assert_eq!(t.lease_at(Timestamp::from_millis(112_500)), LeaseState::None);
     }
 
     #[test]

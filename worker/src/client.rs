@@ -1,11 +1,15 @@
 //! The client side of a runtime (runtime spec §12.2): submit typed or raw jobs and groups of
 //! jobs that depend on each other, wait for results, cancel, replay, read stats.
 
+use std::any::Any;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskgate::{Broker, Counts, Filter, OnParentFailure, ReplayRequest, Status, Task, Timestamp};
+use taskgate::{
+    Broker, CallerTx, Counts, Filter, OnParentFailure, ReplayRequest, Status, Task, Timestamp,
+    TxEnqueue,
+};
 
 use crate::inner::Inner;
 use crate::job::{decode, encode, DEFAULT_MAX_RETRY};
@@ -82,6 +86,46 @@ impl Client {
         let task = self.typed_task(&job, options)?;
         let stored = self.inner.broker.enqueue(&task).await?;
         Ok(JobId::from_raw(stored.id))
+    }
+
+    /// Submits `job` inside the caller's open database transaction `tx` (extensions §E15):
+    /// the same task [`Client::submit_with`] builds (kind, queue routing from the config, JSON
+    /// payload, retry budget), written by the backend's transactional enqueue. It is
+    /// invisible to workers until the caller commits `tx` and gone if it rolls back.
+    ///
+    /// `tx` is the backend's own transaction as `pool.begin()` returns it:
+    /// `sqlx::Transaction<'static, Sqlite>` (`SqliteBroker`), `…<'static, Postgres>`
+    /// (`PgBroker`) or `…<'static, MySql>` (`MySqlBroker`), from the sqlx the backend
+    /// re-exports. Another type is `InvalidInput { field: "transaction" }` naming both types;
+    /// a broker without transactional enqueue (memory) is `InvalidInput` too.
+    ///
+    /// ```no_run
+    /// # use serde::{Deserialize, Serialize};
+    /// # use taskgate_worker::{Client, Job, SubmitOptions};
+    /// # #[derive(Serialize, Deserialize)] struct Ship { order: u64 }
+    /// # impl Job for Ship { const KIND: &'static str = "ship"; type Output = (); }
+    /// # async fn demo<Tx: std::any::Any + Send>(client: Client, mut tx: Tx) -> taskgate_worker::Result<()> {
+    /// // let mut tx = broker.pool().begin().await?;   // e.g. on a SqliteBroker
+    /// // … write the order with `&mut *tx` …
+    /// let id = client.submit_in(&mut tx, Ship { order: 42 }, SubmitOptions::new()).await?;
+    /// // tx.commit().await?;                          // the job exists from here on
+    /// # Ok(()) }
+    /// ```
+    pub async fn submit_in<J: Job, Tx: Any + Send>(
+        &self,
+        tx: &mut Tx,
+        job: J,
+        options: SubmitOptions,
+    ) -> Result<JobId<J>> {
+        let task = self.typed_task(&job, options)?;
+        let stored = self.tx_enqueue()?.enqueue_in_tx(CallerTx::new(tx), &task).await?;
+        Ok(JobId::from_raw(stored.id))
+    }
+
+    fn tx_enqueue(&self) -> Result<&dyn TxEnqueue> {
+        let broker = &self.inner.broker;
+        let reason = || format!("the {} broker cannot enqueue in a transaction", broker.backend());
+        Ok(broker.tx_enqueue().ok_or_else(|| taskgate::Error::invalid("transaction", reason()))?)
     }
 
     /// Submits a task of type `kind` with a raw payload (routed by the config only).

@@ -254,10 +254,11 @@ async fn fail(inner: &Inner, q: &QueueRt, task: &Task, e: JobError) {
         inner.ended(Ended::Finished { after_grace: false }, 1);
         if is_final {
             q.metrics.failed.increment(1);
-            tracing::warn!(error = %failure.message, "failed");
+            tracing::error!(error = %failure.message, "failed for good: no retry left");
         } else {
             q.metrics.retried.increment(1);
-            tracing::info!(error = %failure.message, delay_ms = delay.as_millis(), "retry");
+            let retry_in = crate::duration::format(delay);
+            tracing::warn!(error = %failure.message, %retry_in, "failed; retrying");
         }
     }
     inner.finished();

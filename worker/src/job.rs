@@ -28,7 +28,7 @@ use crate::{Error, Result};
 ///     const QUEUE: Option<&'static str> = Some("email");
 ///     type Output = ();
 /// }
-/// assert_eq!(SendEmail::MAX_RETRY, 3);
+/// assert_eq!(SendEmail::MAX_RETRY, 25);
 /// ```
 pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The task type stored with every execution; selects the handler.
@@ -42,9 +42,9 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     type Output: Serialize + DeserializeOwned + Send + 'static;
 }
 
-/// The retry budget a submit gives when neither the job nor the options say otherwise. The
-/// broker contract's own default (0) applies only to tasks enqueued without the runtime.
-pub const DEFAULT_MAX_RETRY: u32 = 3;
+/// The retry budget a submit gives when neither the job nor the options say otherwise: the
+/// core's [`taskgate::DEFAULT_MAX_RETRY`] (25), the same a raw [`taskgate::Task::new`] gets.
+pub use taskgate::DEFAULT_MAX_RETRY;
 
 /// The execution ID of a submitted job, typed by the job so [`Client::wait`](crate::Client::wait)
 /// knows what the result decodes to.

@@ -210,7 +210,11 @@ where
         Err(e) => panic!("{backend}: no storage: {e}"),
     };
     let broker = storage.handle().await.expect("a handle");
-    broker.init(BrokerOptions::default()).await.expect("init");
+    // Queue `lost` has a 1 s lease: a task claimed there and never heart-beaten shows a dead
+    // worker's lease, expired (the console test).
+    let options =
+        BrokerOptions::default().with_lease_ttl("lost", std::time::Duration::from_secs(1));
+    broker.init(options).await.expect("init");
     let outcome = tokio::time::timeout(SCENARIO_LIMIT, scenario(broker.clone())).await;
     let _ = broker.close().await;
     let _ = storage.cleanup().await;

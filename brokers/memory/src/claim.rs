@@ -137,6 +137,7 @@ impl Txn<'_> {
             entry.task.started_at.get_or_insert(now);
             let mut snapshot = entry.task.clone();
             tokens.write(&mut snapshot.lease_token, slot);
+            snapshot.lease_expires_at = Some(Timestamp::from_millis(entry.lease_until));
             if let Some(notes) = self.notes.as_mut() {
                 notes.push(snapshot.clone());
             }

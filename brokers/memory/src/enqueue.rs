@@ -113,6 +113,7 @@ impl Txn<'_> {
         task.id = key.to_string();
         task.status = decision.status();
         task.lease_token.clear();
+        task.lease_expires_at = None;
         task.created_at = self.now;
         if task.run_at.is_zero() {
             task.run_at = self.now;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use taskgate::{Status, Task};
+use taskgate::{Status, Task, Timestamp};
 
 use crate::claim::{push_token, token_names, ClaimId};
 use crate::hashing::IdBuild;
@@ -63,6 +63,7 @@ impl Entry {
         let mut task = self.task.clone();
         if let Some(claim) = &self.lease {
             push_token(&mut task.lease_token, claim, self.slot);
+            task.lease_expires_at = Some(Timestamp::from_millis(self.lease_until));
         }
         task
     }

@@ -95,7 +95,7 @@ pub mod testing;
 use std::sync::Arc;
 
 use sqlx::mysql::{MySql, MySqlPool};
-use taskgate::{Capabilities, Error, Result, Task, Timestamp};
+use taskgate::{CallerTx, Capabilities, Error, Result, Task, Timestamp, TxEnqueue};
 use taskgate_sql::{EngineConfig, HotStatement, Kind, SqlBroker};
 
 use crate::adapter::{BorrowedConn, Health, MySqlAdapter};
@@ -135,7 +135,24 @@ pub struct MySqlBroker {
     pool: MySqlPool,
 }
 
-taskgate_sql::delegate_broker!(MySqlBroker, inner);
+taskgate_sql::delegate_broker!(MySqlBroker, inner, tx_enqueue);
+
+/// [`MySqlBroker::enqueue_in`] for callers that hold a `dyn Broker` (the worker runtime's
+/// `Client::submit_in`): `tx` is a `sqlx::Transaction<'static, MySql>` (`pool.begin()`) or the
+/// connection of an open transaction (`&mut *tx`); a connection outside a transaction is
+/// `InvalidInput`.
+#[async_trait::async_trait]
+impl TxEnqueue for MySqlBroker {
+    async fn enqueue_in_tx(&self, tx: CallerTx<'_>, task: &Task) -> Result<Task> {
+        let conn = tx.connection::<sqlx::Transaction<'static, MySql>>("mysql")?;
+        match sqlx::Connection::is_in_transaction(&*conn) {
+            true => self.enqueue_on_conn(conn, task).await,
+            false => {
+                Err(Error::invalid("transaction", "the connection is not inside a transaction"))
+            }
+        }
+    }
+}
 
 impl MySqlBroker {
     /// Connects to the server at `url` with the default options and checks it is reachable.
@@ -185,8 +202,11 @@ impl MySqlBroker {
         tx: &mut sqlx::Transaction<'_, MySql>,
         task: &Task,
     ) -> Result<Task> {
-        let mut conn = BorrowedConn::new(tx);
-        self.inner.enqueue_on(&mut conn, task).await
+        self.enqueue_on_conn(tx, task).await
+    }
+
+    async fn enqueue_on_conn(&self, conn: &mut sqlx::MySqlConnection, task: &Task) -> Result<Task> {
+        self.inner.enqueue_on(&mut BorrowedConn::new(conn), task).await
     }
 
     /// Applies the migrations not yet recorded (also done by `init`); returns the versions run.

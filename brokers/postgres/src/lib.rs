@@ -63,7 +63,7 @@ use std::sync::Arc;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Postgres;
-use taskgate::{Capabilities, Error, Result, Status, Task};
+use taskgate::{CallerTx, Capabilities, Error, Result, Status, Task, TxEnqueue};
 use taskgate_sql::{EngineConfig, SqlBroker};
 
 pub use dialect::{sqlstate, PgDialect};
@@ -117,7 +117,24 @@ impl Drop for Handle {
     }
 }
 
-taskgate_sql::delegate_broker!(PgBroker, inner);
+taskgate_sql::delegate_broker!(PgBroker, inner, tx_enqueue);
+
+/// [`PgBroker::enqueue_in`] for callers that hold a `dyn Broker` (the worker runtime's
+/// `Client::submit_in`): `tx` is a `sqlx::Transaction<'static, Postgres>` (`pool.begin()`) or the
+/// connection of an open transaction (`&mut *tx`); a connection outside a transaction is
+/// `InvalidInput`.
+#[async_trait::async_trait]
+impl TxEnqueue for PgBroker {
+    async fn enqueue_in_tx(&self, tx: CallerTx<'_>, task: &Task) -> Result<Task> {
+        let conn = tx.connection::<sqlx::Transaction<'static, Postgres>>("postgres")?;
+        match sqlx::Connection::is_in_transaction(&*conn) {
+            true => self.enqueue_on_conn(conn, task).await,
+            false => {
+                Err(Error::invalid("transaction", "the connection is not inside a transaction"))
+            }
+        }
+    }
+}
 
 impl PgBroker {
     /// A broker on `url` with the default options (prefix `taskgate_`, 10 connections,
@@ -221,7 +238,10 @@ impl PgBroker {
         tx: &mut sqlx::Transaction<'_, Postgres>,
         task: &Task,
     ) -> Result<Task> {
-        let conn: &mut sqlx::PgConnection = tx;
+        self.enqueue_on_conn(tx, task).await
+    }
+
+    async fn enqueue_on_conn(&self, conn: &mut sqlx::PgConnection, task: &Task) -> Result<Task> {
         let persistent = self.handle.persistent;
         let stored =
             self.inner.enqueue_on(&mut conn::ConnRef(&mut *conn, persistent), task).await?;

@@ -139,9 +139,19 @@ pub mod __private {
 /// pub struct SqliteBroker { inner: taskgate_sql::SqlBroker, /* … */ }
 /// taskgate_sql::delegate_broker!(SqliteBroker, inner);
 /// ```
+///
+/// With a third argument, `tx_enqueue`, `Broker::tx_enqueue` returns the backend itself, which
+/// then implements `taskgate::TxEnqueue` (transactional enqueue through `dyn Broker`).
 #[macro_export]
 macro_rules! delegate_broker {
     ($ty:ty, $field:ident) => {
+        $crate::delegate_broker!(@impl $ty, $field, None);
+    };
+    // The backend also implements `taskgate::TxEnqueue` (transactional enqueue, §E15).
+    ($ty:ty, $field:ident, tx_enqueue) => {
+        $crate::delegate_broker!(@impl $ty, $field, Some);
+    };
+    (@impl $ty:ty, $field:ident, $tx:ident) => {
         #[$crate::__private::async_trait]
         impl $crate::__private::taskgate::Broker for $ty {
             fn backend(&self) -> &'static str {
@@ -311,6 +321,15 @@ macro_rules! delegate_broker {
             fn quota_provider(&self) -> Option<&dyn $crate::__private::taskgate::QuotaProvider> {
                 $crate::__private::taskgate::Broker::quota_provider(&self.$field)
             }
+            fn tx_enqueue(&self) -> Option<&dyn $crate::__private::taskgate::TxEnqueue> {
+                $crate::delegate_broker!(@tx $tx, self)
+            }
         }
+    };
+    (@tx None, $self:ident) => {
+        None
+    };
+    (@tx Some, $self:ident) => {
+        Some($self)
     };
 }

@@ -129,12 +129,14 @@ impl TaskRow {
             resumes: count("resumes", c.int(27)?)?,
             owner: c.text(28)?,
             priority: priority(c.int(29)?)?,
+            lease_expires_at: None,
         };
         Ok(TaskRow {
             task,
             pending_parents: count("pending_parents", c.int(14)?)?,
             lease_until: c.int(16)?,
-        })
+        }
+        .with_lease_shown())
     }
 
     /// Decodes a row like [`TaskRow::decode`], moving its text and byte values (the payload
@@ -194,8 +196,17 @@ impl TaskRow {
             resumes,
             owner: t.text(28)?,
             priority,
+            lease_expires_at: None,
         };
-        Ok(TaskRow { task, pending_parents, lease_until })
+        Ok(TaskRow { task, pending_parents, lease_until }.with_lease_shown())
+    }
+
+    /// Fills the snapshot's `lease_expires_at` from `lease_until` while the task is running
+    /// (`None` otherwise, and in the stored form).
+    pub fn with_lease_shown(mut self) -> TaskRow {
+        let running = self.task.status == Status::Running && self.lease_until != 0;
+        self.task.lease_expires_at = running.then(|| Timestamp::from_millis(self.lease_until));
+        self
     }
 
     /// The INSERT arguments, in [`TASK_COLUMNS`] order.

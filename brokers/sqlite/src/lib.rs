@@ -45,7 +45,7 @@ pub mod testing;
 use std::sync::Arc;
 
 use sqlx::Sqlite;
-use taskgate::{Capabilities, Result, Task};
+use taskgate::{CallerTx, Capabilities, Error, Result, Task, TxEnqueue};
 use taskgate_sql::SqlBroker;
 
 pub use dialect::SqliteDialect;
@@ -87,7 +87,7 @@ pub struct SqliteBroker {
     adapter: Arc<adapter::SqliteAdapter>,
 }
 
-taskgate_sql::delegate_broker!(SqliteBroker, inner);
+taskgate_sql::delegate_broker!(SqliteBroker, inner, tx_enqueue);
 
 impl SqliteBroker {
     /// Opens (creating if needed) the database file at `path` with default options.
@@ -118,7 +118,14 @@ impl SqliteBroker {
         tx: &mut sqlx::Transaction<'_, Sqlite>,
         task: &Task,
     ) -> Result<Task> {
-        let conn: &mut sqlx::SqliteConnection = tx;
+        self.enqueue_on_conn(tx, task).await
+    }
+
+    async fn enqueue_on_conn(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        task: &Task,
+    ) -> Result<Task> {
         self.inner.enqueue_on(&mut adapter::ConnRef(conn), task).await
     }
 
@@ -158,6 +165,23 @@ impl SqliteBroker {
     #[cfg(feature = "test-hooks")]
     pub fn writers_waiting(&self) -> usize {
         self.adapter.group.waiting()
+    }
+}
+
+/// [`SqliteBroker::enqueue_in`] for callers that hold a `dyn Broker` (the worker runtime's
+/// `Client::submit_in`): `tx` is a `sqlx::Transaction<'static, Sqlite>` (`pool.begin()`) or the
+/// connection of an open transaction (`&mut *tx`); a connection outside a transaction is
+/// `InvalidInput`.
+#[async_trait::async_trait]
+impl TxEnqueue for SqliteBroker {
+    async fn enqueue_in_tx(&self, tx: CallerTx<'_>, task: &Task) -> Result<Task> {
+        let conn = tx.connection::<sqlx::Transaction<'static, Sqlite>>("sqlite")?;
+        match sqlx::Connection::is_in_transaction(&*conn) {
+            true => self.enqueue_on_conn(conn, task).await,
+            false => {
+                Err(Error::invalid("transaction", "the connection is not inside a transaction"))
+            }
+        }
     }
 }
 

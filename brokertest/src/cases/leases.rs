@@ -53,3 +53,43 @@ pub async fn c07_lease_reap(factory: &dyn Factory) -> CaseResult {
 async fn reap(h: &Harness, when: &str) -> Result<u64, taskgate::BoxError> {
     must(h.broker.reap_expired().await, &format!("reap_expired {when}"))
 }
+
+/// Given lease TTL 60 s: a pending task's snapshot has no lease deadline, even when the
+/// enqueued value carried one; claimed at T, the claim's snapshot, `get` and `list` show
+/// `lease_expires_at` = T + 60 s; a heartbeat at T + 45 s moves it to T + 105 s; 106 s after
+/// T, not yet reaped, the task is still `running` with its deadline in the past (what
+/// operators' views mark as expired); the reaper returns it to `pending` without a deadline;
+/// claimed again and acked, the completed task has none.
+pub async fn c58_lease_deadline_in_snapshots(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::new(factory).await?;
+    let mut sent = task("ld", "llm", "qd");
+    sent.lease_expires_at = Some(h.now().saturating_add(Duration::from_secs(5)));
+    let stored = h.enqueue(sent).await;
+    assert_eq!(stored.lease_expires_at, None, "enqueue ignores the caller's lease deadline");
+    assert_eq!(h.get("ld").await.lease_expires_at, None, "a pending task has no lease");
+    let t = h.now();
+    let claimed = h.dequeue(&["qd"]).await;
+    let deadline = Some(t.saturating_add(Duration::from_secs(60)));
+    assert_eq!(claimed.lease_expires_at, deadline, "the claim's snapshot: claim + TTL");
+    assert_eq!(h.get("ld").await.lease_expires_at, deadline, "get: claim + TTL");
+    let listed = must(h.broker.list(&taskgate::Filter::default()).await, "list")?;
+    assert_eq!(listed.first().map(|t| t.lease_expires_at), Some(deadline), "list: claim + TTL");
+
+    h.advance(Duration::from_secs(45));
+    must(h.broker.heartbeat("ld", &claimed.lease_token).await, "heartbeat ld at +45 s")?;
+    let renewed = Some(t.saturating_add(Duration::from_secs(105)));
+    assert_eq!(h.get("ld").await.lease_expires_at, renewed, "a heartbeat moves it forward");
+    h.advance(Duration::from_secs(61));
+    let stale = h.get("ld").await;
+    assert_eq!((stale.status, stale.lease_expires_at), (Status::Running, renewed), "not reaped");
+    assert!(stale.lease_expires_at.is_some_and(|at| at < h.now()), "the deadline has passed");
+    assert_eq!(reap(&h, "after the deadline").await?, 1, "the reaper takes ld back");
+    let back = h.get("ld").await;
+    assert_eq!((back.status, back.lease_expires_at), (Status::Pending, None), "reaped: no lease");
+
+    let again = h.dequeue(&["qd"]).await;
+    must(h.broker.ack("ld", &again.lease_token, None).await, "ack ld")?;
+    let done = h.get("ld").await;
+    assert_eq!((done.status, done.lease_expires_at), (Status::Completed, None), "finished");
+    h.finish().await
+}

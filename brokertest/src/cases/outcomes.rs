@@ -243,7 +243,7 @@ pub async fn c46_retry_budget(factory: &dyn Factory) -> CaseResult {
     expect_rb(&h, Status::Failed, (3, 1, 1), "after business failure 3").await;
     assert_eq!(h.get("rb").await.last_error, "boom 3", "rb: last_error");
 
-    h.enqueue(task("rz", "job", "qz")).await;
+    h.enqueue(task("rz", "job", "qz").with_max_retry(0)).await;
     let claimed = h.dequeue(&["qz"]).await;
     business(&h, "rz", &claimed.lease_token, 1).await?;
     let rz = h.get("rz").await;

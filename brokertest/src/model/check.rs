@@ -83,6 +83,8 @@ pub(crate) fn diff_task(want: &Task, got: &Task) -> Vec<String> {
     field("priority", want.priority.to_string(), got.priority.to_string());
     field("lease_lost", want.lease_lost.to_string(), got.lease_lost.to_string());
     field("throttled", want.throttled.to_string(), got.throttled.to_string());
+    let lease = |t: &Task| format!("{:?}", t.lease_expires_at);
+    field("lease_expires_at", lease(want), lease(got));
     field("run_at", at(Some(want.run_at)), at(Some(got.run_at)));
     field("depends_on", format!("{:?}", want.depends_on), format!("{:?}", got.depends_on));
     field(

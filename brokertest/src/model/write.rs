@@ -50,6 +50,7 @@ impl Model {
             id: name.clone(),
             status: decision.status(),
             lease_token: String::new(),
+            lease_expires_at: None,
             created_at: self.now,
             cancel_requested: false,
             steps: 0,
@@ -147,6 +148,7 @@ impl Model {
         entry.task.lease_token = token.clone();
         entry.task.started_at.get_or_insert(now);
         entry.lease_until = now.saturating_add(ttl);
+        entry.task.lease_expires_at = Some(entry.lease_until);
         entry.tokens.push(token);
         Ok(entry.task.clone())
     }
@@ -271,6 +273,7 @@ impl Model {
         let ttl = self.options.ttl(&self.entry(id)?.task.queue);
         let entry = self.entry_mut(id)?;
         entry.lease_until = now.saturating_add(ttl);
+        entry.task.lease_expires_at = Some(entry.lease_until);
         if entry.task.cancel_requested {
             return Err(Fault::of(ErrorKind::Canceled));
         }
@@ -316,5 +319,6 @@ fn check_step(step: &Step) -> Result<(), Fault> {
 /// Clears the lease: no token, no deadline.
 pub(crate) fn release(entry: &mut Entry) {
     entry.task.lease_token.clear();
+    entry.task.lease_expires_at = None;
     entry.lease_until = Timestamp::ZERO;
 }

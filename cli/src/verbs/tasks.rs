@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use clap::Args;
 use serde_json::json;
-use taskgate::{Filter, ReplayRequest, Status, Task};
+use taskgate::{Filter, ReplayRequest, Status, Task, Timestamp};
 
 use crate::error::{CliError, Outcome};
 use crate::output::{clip, emit, status_label, table, task_block, TaskView};
@@ -53,12 +53,13 @@ pub(crate) async fn list(args: ListArgs, ctx: &Context) -> Outcome {
     };
     let broker = ctx.db.open().await?;
     let tasks = broker.list(&filter).await?;
+    let now = broker.now().await?;
     let json = json!({
         "tasks": tasks.iter().map(TaskView::json).collect::<Vec<_>>(),
         "limit": filter.limit,
         "offset": filter.offset,
     });
-    emit(ctx.format, &list_table(&tasks, &filter), &json);
+    emit(ctx.format, &list_table(&tasks, &filter, now), &json);
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
@@ -74,7 +75,7 @@ fn parse_status(text: &str) -> Result<Status, CliError> {
     })
 }
 
-fn list_table(tasks: &[Task], filter: &Filter) -> String {
+fn list_table(tasks: &[Task], filter: &Filter, now: Timestamp) -> String {
     let rows: Vec<Vec<String>> = tasks
         .iter()
         .map(|t| {
@@ -82,7 +83,7 @@ fn list_table(tasks: &[Task], filter: &Filter) -> String {
                 t.id.clone(),
                 t.task_type.clone(),
                 t.queue.clone(),
-                status_label(t),
+                status_label(t, now),
                 t.attempts.to_string(),
                 t.created_at.to_string(),
                 clip(&t.last_error, 40),
@@ -114,7 +115,8 @@ pub(crate) async fn get(args: IdArgs, ctx: &Context) -> Outcome {
     taskgate::validate::validate_id(&args.id)?;
     let broker = ctx.db.open().await?;
     let task = broker.get(&args.id).await?;
-    emit(ctx.format, &task_block(&task), &TaskView::json(&task));
+    let now = broker.now().await?;
+    emit(ctx.format, &task_block(&task, now), &TaskView::json(&task));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }

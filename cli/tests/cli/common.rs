@@ -159,6 +159,11 @@ impl TestDb {
 
     /// An initialised library handle on the same tables.
     pub(crate) async fn broker(&self) -> Arc<dyn Broker> {
+        self.broker_with(BrokerOptions::default()).await
+    }
+
+    /// A handle on the database initialised with `options` (a short lease TTL, say).
+    pub(crate) async fn broker_with(&self, options: BrokerOptions) -> Arc<dyn Broker> {
         let broker: Arc<dyn Broker> = match self.backend {
             "sqlite" => Arc::new(
                 taskgate_sqlite::SqliteBroker::connect(&self.url).await.expect("sqlite handle"),
@@ -180,7 +185,7 @@ impl TestDb {
                     .expect("mysql handle"),
             ),
         };
-        broker.init(BrokerOptions::default()).await.expect("init");
+        broker.init(options).await.expect("init");
         broker
     }
 

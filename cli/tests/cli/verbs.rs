@@ -159,5 +159,33 @@ async fn scenario(db: &TestDb) {
     broker.finish_canceled(&long.id, &running.lease_token).await.expect("finish canceled");
     assert_eq!(broker.get(&long.id).await.expect("get long").status, Status::Canceled);
 
+    // Leases: a running task shows its deadline; one whose worker stopped heart-beating (a
+    // 1 s lease, 2 s ago) is marked expired until the reaper takes it.
+    let short = db
+        .broker_with(taskgate::BrokerOptions {
+            default_lease_ttl: std::time::Duration::from_secs(1),
+            ..taskgate::BrokerOptions::default()
+        })
+        .await;
+    let dead = broker.enqueue(&Task::new("crawl", "dead")).await.expect("enqueue dead");
+    short.try_dequeue(&["dead"]).await.expect("claim").expect("the dead task");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let live = broker.enqueue(&Task::new("crawl", "live")).await.expect("enqueue live");
+    broker.try_dequeue(&["live"]).await.expect("claim").expect("the live task");
+    let names: Vec<(&str, &str)> = vec![(&dead.id, "dead"), (&live.id, "live")];
+    let clean = |text: &str| scrub(text, &db.prefix, &names);
+    snap!("get_lease_expired", clean(&ok(tg(db, &["get", &dead.id])).stdout));
+    snap!("get_lease_live", clean(&ok(tg(db, &["get", &live.id])).stdout));
+    // (No snapshot: the column widths follow the seconds the list happens to print.)
+    let listed = ok(tg(db, &["list", "--status", "running"])).stdout;
+    let dead_row = listed.lines().find(|l| l.starts_with(&dead.id)).unwrap_or_default();
+    assert!(dead_row.contains("running (lease expired "), "{listed}");
+    let live_row = listed.lines().find(|l| l.starts_with(&live.id)).unwrap_or_default();
+    assert!(live_row.contains("running") && !live_row.contains("expired"), "{listed}");
+    let shown = json(&ok(tg(db, &["--json", "get", &live.id])));
+    let deadline = broker.get(&live.id).await.expect("get live").lease_expires_at;
+    assert_eq!(shown["lease_expires_at"], deadline.map(|t| t.to_string()).unwrap_or_default());
+    short.close().await.expect("close the short-lease handle");
+
     broker.close().await.expect("close");
 }

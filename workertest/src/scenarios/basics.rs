@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use brokertest::{CaseResult, Factory};
-use taskgate::{ErrorKind, ReplayRequest, Status};
+use taskgate::{ErrorKind, ReplayRequest, Status, DEFAULT_MAX_RETRY};
 use taskgate_worker::{Config, Error, JobError, QueueConfig, SubmitOptions};
 
 use super::{count, kind_of};
@@ -21,7 +21,11 @@ pub async fn w01_submit_wait_result(factory: &dyn Factory) -> CaseResult {
     let id = client.submit(Echo { text: "hello".into() }).await?;
     assert_eq!(within("wait", client.wait(&id)).await??, "hello");
     let task = client.get(id.as_str()).await?;
-    assert_eq!((task.status, task.max_retry), (Status::Completed, 3), "default retry budget 3");
+    assert_eq!(
+        (task.status, task.max_retry),
+        (Status::Completed, DEFAULT_MAX_RETRY),
+        "default budget"
+    );
     let (started, finished) =
         (task.started_at.ok_or("no start")?, task.finished_at.ok_or("no finish")?);
     assert!(task.created_at <= started && started <= finished, "{task:?}");

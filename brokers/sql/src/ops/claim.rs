@@ -445,6 +445,7 @@ fn mark_claimed(opts: &ResolvedOptions, mut row: TaskRow, now: Timestamp) -> Tas
     row.task.status = Status::Running;
     row.task.lease_token = id::new_ulid();
     row.lease_until = now.saturating_add(opts.ttl(&row.task.queue)).as_millis();
+    row.task.lease_expires_at = Some(Timestamp::from_millis(row.lease_until));
     if row.task.started_at.is_none() {
         row.task.started_at = Some(now);
     }

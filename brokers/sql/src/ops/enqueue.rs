@@ -265,6 +265,7 @@ fn stored_form(task: &Task, id: String, decision: &SubmitDecision, now: Timestam
         t.run_at = now;
     }
     t.lease_token.clear();
+    t.lease_expires_at = None;
     t.cancel_requested = false;
     t.steps = 0;
     t.resumes = 0;

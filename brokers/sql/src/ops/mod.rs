@@ -250,6 +250,7 @@ pub(crate) fn finalize(row: &mut TaskRow, status: Status, now: Timestamp) -> Res
     t.finished_at = Some(now);
     t.lease_token.clear();
     t.cancel_requested = false;
+    t.lease_expires_at = None;
     row.lease_until = 0;
     Ok(())
 }
@@ -257,5 +258,6 @@ pub(crate) fn finalize(row: &mut TaskRow, status: Status, now: Timestamp) -> Res
 /// Releases a running task's lease (token and deadline cleared).
 pub(crate) fn release(row: &mut TaskRow) {
     row.task.lease_token.clear();
+    row.task.lease_expires_at = None;
     row.lease_until = 0;
 }
