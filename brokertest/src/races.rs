@@ -509,7 +509,7 @@ pub async fn quota_race(rig: &dyn RaceRig) -> CaseResult {
 const BALLAST: usize = 20;
 
 /// Given parents pa and pb, and another writer's transaction holding pb's row (and
-/// [`BALLAST`] other rows), when B enqueues a child of [pa, pb] — locking pa, then waiting for
+/// twenty other rows), when B enqueues a child of [pa, pb] — locking pa, then waiting for
 /// pb — and the other writer then asks for pa, then the database reports a deadlock, B's
 /// transaction is its victim (the other writer gets pa), B's enqueue is retried and waits again
 /// until the other writer rolls back, and B's caller gets the stored child (`blocked`), never
