@@ -16,6 +16,7 @@
 pub mod jobs;
 pub mod kill;
 pub mod scenarios;
+pub mod txsubmit;
 mod world;
 
 use std::sync::Arc;

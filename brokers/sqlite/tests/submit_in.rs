@@ -12,18 +12,18 @@ use brokertest::{within, TEST_LIMIT};
 use common::{TempDb, TestResult};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use sqlx::Connection;
-use taskgate::{Broker, ErrorKind, Status, DEFAULT_MAX_RETRY};
+use taskgate::Broker;
 use taskgate_sqlite::SqliteOptions;
-use taskgate_worker::{Config, Job, Runtime, SubmitOptions};
+use taskgate_worker::{Runtime, SubmitOptions};
 use workertest::jobs::Work;
+use workertest::txsubmit;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_in_commits_and_rolls_back_with_the_callers_transaction() -> TestResult {
     within(TEST_LIMIT, "submit_in_commits_and_rolls_back_with_the_callers_transaction", async {
         let db = TempDb::new()?;
         let broker: Arc<dyn Broker> = Arc::new(SqliteOptions::new(db.path()).open().await?);
-        let config = Config::new().route(Work::KIND, "outbox");
-        let runtime = Runtime::builder(broker.clone()).config(config).start().await?;
+        let runtime = Runtime::builder(broker.clone()).config(txsubmit::config()).start().await?;
         let client = runtime.client();
         let connect =
             SqliteConnectOptions::new().filename(db.path()).busy_timeout(Duration::from_secs(5));
@@ -35,13 +35,9 @@ async fn submit_in_commits_and_rolls_back_with_the_callers_transaction() -> Test
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query("INSERT INTO orders (id) VALUES (1)").execute(&mut *tx).await?;
         let kept = client.submit_in(&mut tx, Work { n: 1 }, SubmitOptions::new()).await?;
-        let unseen = broker.get(kept.as_str()).await.err().map(|e| e.kind());
-        assert_eq!(unseen, Some(ErrorKind::NotFound), "visible before the commit");
+        txsubmit::assert_invisible(&*broker, kept.as_str(), "before the commit").await;
         tx.commit().await?;
-        let task = broker.get(kept.as_str()).await?;
-        let got = (task.task_type.as_str(), task.queue.as_str(), task.status, task.max_retry);
-        assert_eq!(got, (Work::KIND, "outbox", Status::Pending, DEFAULT_MAX_RETRY));
-        assert_eq!(task.payload.as_deref(), Some(br#"{"n":1}"#.as_slice()));
+        txsubmit::assert_committed(&*broker, kept.as_str()).await?;
 
         // The connection of a transaction on the caller's own connection, rolled back.
         let mut app = sqlx::SqliteConnection::connect_with(&connect).await?;
@@ -50,18 +46,14 @@ async fn submit_in_commits_and_rolls_back_with_the_callers_transaction() -> Test
         let options = SubmitOptions::new().max_retry(2).priority(-5);
         let gone = client.submit_in(&mut *tx, Work { n: 2 }, options).await?;
         tx.rollback().await?;
-        let after = broker.get(gone.as_str()).await.err().map(|e| e.kind());
-        assert_eq!(after, Some(ErrorKind::NotFound), "a rolled-back submit left its job");
+        txsubmit::assert_invisible(&*broker, gone.as_str(), "after a rollback").await;
 
         // A connection outside a transaction, or another type, is refused by name.
         let outside = client.submit_in(&mut app, Work { n: 3 }, SubmitOptions::new()).await;
-        let text = outside.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(text.contains("not inside a transaction"), "{text}");
+        txsubmit::assert_refused(&*broker, outside, "not inside a transaction").await?;
         let mut wrong = String::new();
         let other = client.submit_in(&mut wrong, Work { n: 4 }, SubmitOptions::new()).await;
-        let text = other.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(text.contains("not a alloc::string::String"), "{text}");
-        assert_eq!(broker.list(&taskgate::Filter::default()).await?.len(), 1, "only the kept job");
+        txsubmit::assert_refused(&*broker, other, "not a alloc::string::String").await?;
         app.close().await?;
         pool.close().await;
         runtime.shutdown(Duration::from_secs(5)).await?;
