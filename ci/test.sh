@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README "Test"): formatting, lints, docs, the workflow file, every crate's
-# tests on every backend (the examples run to completion as tests), each benchmark once, and a
+# tests on every backend (the examples run to completion as tests), the memory and SQLite suites
+# again under a CPU hog (ci/under-load.sh), each benchmark once, and a
 # per-backend count of the contract cases, model/history/regression runs and worker scenarios
 # that ran and passed, read from the case report the generated tests write
 # (TASKGATE_CASE_REPORT; the run fails if any backend ran fewer than the full lists).
@@ -19,6 +20,9 @@ export TASKGATE_CASE_REPORT="$logs/cases"
 step "cargo test --workspace (every crate, every backend)"
 status=0
 cargo test --workspace --locked --no-fail-fast || status=$?
+
+step "memory and SQLite suites again under a CPU hog (2x the cores busy)"
+ci/under-load.sh || status=1
 
 step "cargo bench -- --test (each benchmark once)"
 ci/bench-smoke.sh || status=1

@@ -21,7 +21,10 @@
 //! * [`quota_race`] — two reserves of a window with one unit left admit one;
 //! * [`deadlock_race`] — a deadlock the database reports between a broker write and another
 //!   writer is retried by the broker and never reaches its caller (backends whose writers can
-//!   deadlock: PostgreSQL, MySQL/MariaDB; SQLite has one writer at a time).
+//!   deadlock: PostgreSQL, MySQL/MariaDB; SQLite has one writer at a time);
+//! * [`audit_atomic_race`] — an audited action and its record commit together: at every commit
+//!   point of the action another handle sees both or neither, and a failure forced at any of
+//!   them leaves both or neither (contract §E13, c51's rule under a fault).
 //!
 //! A backend plugs in a [`RaceRig`] and [`race_tests!`](crate::race_tests). Tests built by the
 //! macro run on a multi-threaded runtime: a held transaction blocks its thread (through
@@ -39,6 +42,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::{within, CaseResult, TEST_LIMIT, WAIT_LIMIT};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use taskgate::{AdminAction, AuditQuery};
 
 /// A before-commit hook, called with the operation's name (the SQL engine's
 /// `BeforeCommitHook` has this shape).
@@ -561,6 +566,127 @@ pub async fn deadlock_race(rig: &dyn RaceRig) -> CaseResult {
     pair.finish().await
 }
 
+/// What handle B saw of one task at one of A's commit points: the task's status and how many
+/// audit records name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct AuditView {
+    /// The hook's name for A's transaction (`audited`, …).
+    op: String,
+    /// The task's status.
+    status: Status,
+    /// Audit records whose target is the task.
+    records: usize,
+}
+
+/// B's view of task `id` and its records, read while A's hook runs (the hook is synchronous:
+/// the read blocks the hook's thread through `block_in_place`).
+fn view_now(b: &Arc<dyn Broker>, op: &str, id: &str) -> Result<AuditView, String> {
+    let read = async {
+        let status = b.get(id).await.map_err(|e| format!("B's get({id}): {e}"))?.status;
+        let query = AuditQuery { target: format!("task:{id}"), ..AuditQuery::default() };
+        let records =
+            b.audit_log(&query).await.map_err(|e| format!("B's audit_log({id}): {e}"))?.len();
+        Ok(AuditView { op: op.to_owned(), status, records })
+    };
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(read))
+}
+
+/// A view is whole when the cancel and its record are both there or both not.
+fn assert_whole(view: &AuditView, when: &str) {
+    let cancelled = view.status == Status::Canceled;
+    assert!(
+        (cancelled && view.records == 1) || (view.status == Status::Pending && view.records == 0),
+        "{when} (A's `{}` transaction), B saw the task {:?} with {} audit record(s): the action \
+         and its record did not commit together",
+        view.op,
+        view.status,
+        view.records
+    );
+}
+
+/// Given pending tasks, operator `alice` cancels one through handle A's
+/// [`Broker::audited`] while A's hook runs at every commit point of the call (before each
+/// commit on a SQL backend; at the end of each critical section in memory):
+///
+/// 1. at each point handle B reads the task and its audit records: it sees the task pending
+///    with no record, or canceled with its one record — never one without the other; after the
+///    call both are there;
+/// 2. then, for every point k the first call reached, a fresh task's audited cancel is failed
+///    on purpose at point k (the hook panics: a crash after the action's statements, before
+///    its commit): afterwards the task is pending with no record, or canceled with its one
+///    record, and a call that did not commit did not report success.
+///
+/// Catches a record written in its own transaction after the action commits (B sees the
+/// cancel without its record; a failure at the second point leaves it so), or before it (the
+/// record without the cancel).
+pub async fn audit_atomic_race(rig: &dyn RaceRig) -> CaseResult {
+    let clock = ManualClock::at_contract_epoch();
+    let pair = rig.open(options(&clock)).await?;
+    let (a, b) = (pair.a(), pair.b());
+    if !a.capabilities().audit {
+        eprintln!("race_audit: {} has no audit log; nothing to prove", a.backend());
+        return pair.finish().await;
+    }
+    let cancel = |id: &str| AdminAction::Cancel { id: id.to_owned() };
+
+    // 1. B's view at each of A's commit points.
+    a.enqueue(&Task::new("job", "race").with_id("v")).await?;
+    let views: Arc<Mutex<Vec<Result<AuditView, String>>>> = Arc::default();
+    let (seen, reader) = (views.clone(), b.clone());
+    pair.set_a_hook(Some(Arc::new(move |op: &str| {
+        let view = view_now(&reader, op, "v");
+        seen.lock().unwrap_or_else(PoisonError::into_inner).push(view);
+    })));
+    let a_call = a.clone();
+    let done =
+        joined(spawn(async move { a_call.audited("alice", &cancel("v")).await }), "A's cancel")
+            .await;
+    pair.set_a_hook(None);
+    assert!(done.is_ok(), "A's audited cancel of v: {done:?}");
+    let views = std::mem::take(&mut *views.lock().unwrap_or_else(PoisonError::into_inner));
+    assert!(!views.is_empty(), "A's audited cancel reached no commit point: the hook never ran");
+    for view in &views {
+        match view {
+            Ok(view) => assert_whole(view, "at a commit point of the audited cancel of v"),
+            Err(e) => panic!("B could not read at A's commit point: {e}"),
+        }
+    }
+    let after = view_now(&b, "after", "v")?;
+    assert_eq!(
+        (after.status, after.records),
+        (Status::Canceled, 1),
+        "after the audited cancel of v"
+    );
+
+    // 2. A failure forced at each commit point the call reached.
+    for k in 1..=views.len() {
+        let id = format!("f{k}");
+        a.enqueue(&Task::new("job", "race").with_id(&id)).await?;
+        let points = Arc::new(AtomicUsize::new(0));
+        let counter = points.clone();
+        pair.set_a_hook(Some(Arc::new(move |op: &str| {
+            if counter.fetch_add(1, Ordering::SeqCst) + 1 == k {
+                panic!("race_audit: a failure forced at A's commit point {k} (`{op}`)");
+            }
+        })));
+        let (a_call, action) = (a.clone(), cancel(&id));
+        let call = within(
+            WAIT_LIMIT,
+            "A's failed cancel",
+            spawn(async move { a_call.audited("alice", &action).await }),
+        )
+        .await;
+        pair.set_a_hook(None);
+        assert!(points.load(Ordering::SeqCst) >= k, "the cancel of {id} did not reach point {k}");
+        let view = view_now(&b, "after the forced failure", &id)?;
+        assert_whole(&view, &format!("after a failure forced at commit point {k}"));
+        if let Ok(Ok(_)) = call {
+            assert_eq!(view.status, Status::Canceled, "a cancel reported done did not commit");
+        }
+    }
+    pair.finish().await
+}
+
 /// The body of one test [`race_tests!`](crate::race_tests) makes: runs `race` within
 /// [`TEST_LIMIT`]; an unavailable backend skips loudly (or fails, with
 /// `TASKGATE_REQUIRE_DB=1`).
@@ -589,7 +715,7 @@ macro_rules! __race_test_fns {
 /// Expands to one `#[tokio::test]` per race of [`races`](crate::races) against `$rig` (a
 /// [`RaceRig`] expression evaluated afresh in every test): `race_claim`,
 /// `race_writers_pass_claim`, `race_reap_ack`, `race_ack_reap`, `race_identity`, `race_quota`,
-/// `race_deadlock`. The calling crate depends on `tokio` with
+/// `race_deadlock`, `race_audit`. The calling crate depends on `tokio` with
 /// `macros` and `rt-multi-thread`.
 #[macro_export]
 macro_rules! race_tests {
@@ -602,6 +728,7 @@ macro_rules! race_tests {
             race_identity => identity_race,
             race_quota => quota_race,
             race_deadlock => deadlock_race,
+            race_audit => audit_atomic_race,
         }
     };
 }

@@ -1,7 +1,9 @@
 //! `taskgate`: the operator's command line. Verbs that look at and act on a queue's tasks
 //! (`list`, `get`, `cancel`, `resume`, `replay`, `pause`, `unpause`, `stats`, `prune`,
-//! `migrate`), `check`, which runs the whole contract suite against a backend, and `serve`, the
-//! admin HTTP API.
+//! `audit`, `migrate`), `check`, which runs the whole contract suite against a backend, and
+//! `serve`, the admin HTTP API. `cancel`, `resume`, `replay`, `pause` and `unpause` go through
+//! `Broker::audited`, as the admin API's do: each writes one audit record naming `--actor`
+//! (default `cli:<OS user>`).
 //!
 //! Every verb is one variant of [`Command`] and one `async fn(args, &Context) -> Outcome`;
 //! adding a verb is adding both and one line in [`Command::run`].
@@ -19,7 +21,7 @@ use clap::{Parser, Subcommand};
 
 use error::{Outcome, EXIT_DATABASE, EXIT_REFUSED};
 use output::Format;
-use verbs::{migrate, prune, queues, serve, tasks};
+use verbs::{audit, migrate, prune, queues, serve, tasks};
 
 /// taskgate: a durable task broker with one behavioural contract.
 #[derive(Debug, Parser)]
@@ -38,6 +40,10 @@ struct Cli {
     json: bool,
     #[command(flatten)]
     db: open::Db,
+    /// Who the audit log names for cancel, resume, replay, pause and unpause (default
+    /// `cli:<OS user>`).
+    #[arg(long, env = "TASKGATE_ACTOR", value_name = "NAME", global = true)]
+    actor: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -49,6 +55,21 @@ pub(crate) struct Context {
     pub(crate) db: open::Db,
     /// Tables or JSON.
     pub(crate) format: Format,
+    /// Who operator actions are recorded as in the audit log.
+    pub(crate) actor: String,
+}
+
+/// The audit log's name for this CLI's user: `--actor`/`TASKGATE_ACTOR`, else `cli:` and the
+/// OS user (`USER`, else `LOGNAME`, else `unknown`).
+fn actor(given: Option<String>) -> String {
+    given.unwrap_or_else(|| {
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "unknown".to_owned());
+        format!("cli:{user}")
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,6 +92,8 @@ enum Command {
     Stats(queues::StatsArgs),
     /// Delete old finished tasks.
     Prune(prune::PruneArgs),
+    /// The audit log of operator actions, newest first.
+    Audit(audit::AuditArgs),
     /// Apply the schema's missing migrations (or show its version with --status).
     Migrate(migrate::MigrateArgs),
     /// Run the contract suite against a backend and print one line per case as it finishes.
@@ -91,6 +114,7 @@ impl Command {
             Command::Unpause(args) => queues::unpause(args, ctx).await,
             Command::Stats(args) => queues::stats(args, ctx).await,
             Command::Prune(args) => prune::prune(args, ctx).await,
+            Command::Audit(args) => audit::audit(args, ctx).await,
             Command::Migrate(args) => migrate::migrate(args, ctx).await,
             Command::Check(args) => check::run(args, ctx).await,
             Command::Serve(args) => serve::serve(args, ctx).await,
@@ -116,7 +140,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_DATABASE);
         }
     };
-    let ctx = Context { db: cli.db, format };
+    let ctx = Context { db: cli.db, format, actor: actor(cli.actor) };
     match runtime.block_on(cli.command.run(&ctx)) {
         Ok(code) => code,
         Err(e) => {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use brokertest::{Factory, Storage};
-use taskgate::{BoxError, BoxFuture, Broker, Clock, ManualClock, Task, Ticker};
+use taskgate::{BoxError, BoxFuture, Broker, Clock, ManualClock, Task, Ticker, Timestamp};
 use taskgate_worker::{Builder, Client, Runtime};
 
 /// The longest any single wait in a scenario may take before it fails (a hang detector, not
@@ -77,6 +77,11 @@ impl World {
     /// Moves the manual clock.
     pub fn advance(&self, d: Duration) {
         self.manual_clock().advance(d);
+    }
+
+    /// The manual clock's time, floored to milliseconds.
+    pub fn now(&self) -> Timestamp {
+        self.manual_clock().now_ms()
     }
 
     fn manual_clock(&self) -> &ManualClock {

@@ -63,7 +63,7 @@ use taskgate::wake::{wait_for_work, Interest, Lifecycle, Probe};
 use taskgate::{
     AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions,
     Capabilities, Counts, Failure, Filter, Limits, PruneRequest, QueueList, QuotaConfig, QuotaGate,
-    QuotaProvider, ReplayRequest, Result, Step, Task, Timestamp,
+    QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, Task, Timestamp,
 };
 
 use crate::prune::Rules;
@@ -80,6 +80,9 @@ pub(crate) struct Handle {
     pub(crate) life: Lifecycle,
     /// The storage shared with every other handle on it.
     pub(crate) store: Arc<Store>,
+    /// A test's hook, run after each of this handle's critical sections (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) after_write: testing::AfterWrite,
 }
 
 /// A handle on an in-memory task store, implementing [`Broker`].
@@ -107,14 +110,26 @@ impl MemoryBroker {
     /// A second, uninitialised handle on the same store and the same in-process wake-ups,
     /// with its own options and lifecycle: closing one handle does not close the other.
     pub fn handle(&self) -> MemoryBroker {
-        let inner = Handle { life: Lifecycle::new(), store: self.inner.store.clone() };
+        let inner = Handle { store: self.inner.store.clone(), ..Handle::default() };
         MemoryBroker { inner: Arc::new(inner) }
     }
 
     /// Runs `f` as one atomic unit with this handle's options.
     fn write<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<R>) -> Result<R> {
         let opts = self.inner.life.options()?;
-        self.inner.store.write(&opts, f)?
+        self.store_write(&opts, f)?
+    }
+
+    /// Runs `f` as one atomic unit with `opts` (then a test's after-write hook, if any).
+    fn store_write<R>(
+        &self,
+        opts: &ResolvedOptions,
+        f: impl FnOnce(&mut Txn<'_>) -> R,
+    ) -> Result<R> {
+        let out = self.inner.store.write(opts, f);
+        #[cfg(feature = "test-hooks")]
+        self.inner.after_write.run("write");
+        out
     }
 
     /// Runs a read under the lock, after the lifecycle check.
@@ -178,7 +193,7 @@ impl Broker for MemoryBroker {
         validate_claim(queues, max)?;
         let queues = queues.to_vec();
         let claimed = claim_buffer(max);
-        self.inner.store.write(&opts, |txn| txn.claim_into(&queues, max, claimed))?
+        self.store_write(&opts, |txn| txn.claim_into(&queues, max, claimed))?
     }
 
     async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
@@ -194,7 +209,7 @@ impl Broker for MemoryBroker {
     async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {
         let opts = self.inner.life.options()?;
         let checks = ops::check_ack_items(items, &opts.limits);
-        self.inner.store.write(&opts, |txn| txn.ack_many(items, checks))
+        self.store_write(&opts, |txn| txn.ack_many(items, checks))
     }
 
     async fn fail(&self, id: &str, token: &str, failure: Failure) -> Result<()> {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
-use taskgate::{Broker, Status};
+use taskgate::{AdminAction, Broker, Status};
 
 use crate::error::Outcome;
 use crate::output::{emit, table};
@@ -35,10 +35,12 @@ async fn set_paused(args: QueueArgs, paused: bool, ctx: &Context) -> Outcome {
     }
     let broker = ctx.db.open().await?;
     for queue in &args.queues {
-        match paused {
-            true => broker.pause_queue(queue).await?,
-            false => broker.resume_queue(queue).await?,
-        }
+        let queue = queue.clone();
+        let action = match paused {
+            true => AdminAction::PauseQueue { queue },
+            false => AdminAction::ResumeQueue { queue },
+        };
+        broker.audited(&ctx.actor, &action).await?;
     }
     let now_paused = broker.paused_queues().await?;
     let verb = if paused { "paused" } else { "unpaused" };

@@ -1,11 +1,12 @@
-//! The task verbs: `list`, `get`, `cancel`, `resume`, `replay`.
+//! The task verbs: `list`, `get`, `cancel`, `resume`, `replay` (the last three audited, as
+//! [`Context::actor`](crate::Context)).
 
 use std::process::ExitCode;
 use std::str::FromStr;
 
 use clap::Args;
 use serde_json::json;
-use taskgate::{Filter, ReplayRequest, Status, Task, Timestamp};
+use taskgate::{AdminAction, AdminOutcome, Filter, ReplayRequest, Status, Task, Timestamp};
 
 use crate::error::{CliError, Outcome};
 use crate::output::{clip, emit, status_label, table, task_block, TaskView};
@@ -125,7 +126,8 @@ pub(crate) async fn get(args: IdArgs, ctx: &Context) -> Outcome {
 pub(crate) async fn cancel(args: IdArgs, ctx: &Context) -> Outcome {
     taskgate::validate::validate_id(&args.id)?;
     let broker = ctx.db.open().await?;
-    broker.cancel(&args.id).await?;
+    let cancel = AdminAction::Cancel { id: args.id.clone() };
+    broker.audited(&ctx.actor, &cancel).await?;
     let task = broker.get(&args.id).await?;
     let human = match task.cancel_requested {
         true => format!(
@@ -144,7 +146,7 @@ pub(crate) async fn cancel(args: IdArgs, ctx: &Context) -> Outcome {
 pub(crate) async fn resume(args: IdArgs, ctx: &Context) -> Outcome {
     taskgate::validate::validate_id(&args.id)?;
     let broker = ctx.db.open().await?;
-    let task = broker.resume(&args.id).await?;
+    let task = acted_on(broker.audited(&ctx.actor, &AdminAction::Resume { id: args.id }).await?)?;
     let human = format!("resumed {}: now {} (resumes: {})\n", task.id, task.status, task.resumes);
     emit(ctx.format, &human, &TaskView::json(&task));
     broker.close().await.ok();
@@ -185,11 +187,22 @@ pub(crate) async fn replay(args: ReplayArgs, ctx: &Context) -> Outcome {
         request = request.with_payload(payload.into_bytes());
     }
     let broker = ctx.db.open().await?;
-    let task = broker.replay(request).await?;
+    let task = acted_on(broker.audited(&ctx.actor, &AdminAction::Replay(request)).await?)?;
     let human = format!("replayed {} as {} (now {})\n", task.replay_of, task.id, task.status);
     emit(ctx.format, &human, &TaskView::json(&task));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
+}
+
+/// The task an audited resume or replay answers with.
+fn acted_on(outcome: AdminOutcome) -> Result<Task, CliError> {
+    match outcome {
+        AdminOutcome::Task(task) => Ok(*task),
+        other => Err(CliError::Storage(taskgate::Error::backend(
+            "taskgate",
+            format!("the broker answered {other:?} to a resume or replay, not a task"),
+        ))),
+    }
 }
 
 #[cfg(test)]

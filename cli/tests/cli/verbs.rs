@@ -4,7 +4,7 @@
 //! database holds afterwards.
 
 use rstest::rstest;
-use taskgate::{Failure, Filter, Status, Task};
+use taskgate::{AuditQuery, Failure, Filter, Status, Task};
 
 use crate::common::{filters, json, scrub, tg, Run, TestDb};
 
@@ -187,5 +187,76 @@ async fn scenario(db: &TestDb) {
     assert_eq!(shown["lease_expires_at"], deadline.map(|t| t.to_string()).unwrap_or_default());
     short.close().await.expect("close the short-lease handle");
 
+    audit(db, &broker, &email.id, &report.id, &long.id).await;
     broker.close().await.expect("close");
+}
+
+/// Every CLI mutation above went through `Broker::audited`: one record each, naming the OS
+/// user (`cli:<user>`); `--actor` names someone else; a bad actor writes nothing; `taskgate
+/// audit` lists and filters the records.
+async fn audit(
+    db: &TestDb,
+    broker: &std::sync::Arc<dyn taskgate::Broker>,
+    email: &str,
+    report: &str,
+    long: &str,
+) {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned());
+    let me = format!("cli:{user}");
+    let records = broker.audit_log(&AuditQuery::default()).await.expect("audit log");
+    assert!(records.iter().all(|r| r.actor == me), "every record names {me}: {records:?}");
+    let mut done: Vec<(String, String)> = records
+        .iter()
+        .filter(|r| r.outcome == "ok")
+        .map(|r| (r.action.clone(), r.target.clone()))
+        .collect();
+    done.sort();
+    let mut expected: Vec<(String, String)> = [
+        ("cancel", format!("task:{email}")),
+        ("cancel", format!("task:{long}")),
+        ("pause_queue", "queue:mail".to_owned()),
+        ("pause_queue", "queue:reports".to_owned()),
+        ("replay", "key:inv-42".to_owned()),
+        ("resume", format!("task:{report}")),
+        ("resume_queue", "queue:reports".to_owned()),
+    ]
+    .into_iter()
+    .map(|(a, t)| (a.to_owned(), t))
+    .collect();
+    expected.sort();
+    assert_eq!(done, expected, "one ok record per CLI mutation");
+    let refused: Vec<&str> =
+        records.iter().filter(|r| r.outcome != "ok").map(|r| r.outcome.as_str()).collect();
+    assert!(refused.contains(&"task.already_final"), "the second cancel is recorded: {refused:?}");
+
+    ok(tg(db, &["--actor", "ops:bob", "pause", "audited"]));
+    let bob = json(&ok(tg(db, &["--json", "audit", "--by", "ops:bob"])));
+    let bob = bob["records"].as_array().cloned().unwrap_or_default();
+    assert_eq!(bob.len(), 1, "{bob:?}");
+    assert_eq!(
+        (&bob[0]["action"], &bob[0]["target"], &bob[0]["outcome"]),
+        (
+            &serde_json::json!("pause_queue"),
+            &serde_json::json!("queue:audited"),
+            &serde_json::json!("ok")
+        )
+    );
+    let bad = fails(tg(db, &["--actor", "bad\u{1}actor", "pause", "never"]), 1);
+    assert!(bad.contains("invalid actor"), "{bad}");
+    assert!(!broker.paused_queues().await.expect("paused").contains(&"never".to_owned()));
+    let cancels = json(&ok(tg(
+        db,
+        &["--json", "audit", "--action", "cancel", "--target", &format!("task:{email}")],
+    )));
+    assert_eq!(cancels["records"].as_array().map(Vec::len), Some(2), "{cancels}");
+    let human = ok(tg(db, &["audit", "--limit", "1"])).stdout;
+    assert!(
+        human.starts_with("AT") && human.contains("ops:bob") && human.contains("queue:audited"),
+        "{human}"
+    );
+    assert_eq!(human.lines().count(), 2, "a header and one record: {human}");
 }

@@ -11,7 +11,7 @@ use taskgate_worker::{Config, Error, JobContext, JobError, QueueConfig, SubmitOp
 
 use super::kind_of;
 use crate::jobs::{Calls, Gate, Stage, Work};
-use crate::{task_until, within, World};
+use crate::{eventually, task_until, within, World};
 
 /// `Work` waits for cancellation (then returns success anyway); `Stage` waits for `gate`.
 fn holders(
@@ -87,18 +87,36 @@ pub async fn w22_cancel_running_local(factory: &dyn Factory) -> CaseResult {
 }
 
 /// A cancel from another process is seen at the next heartbeat (lease 900 ms: every 300 ms).
+/// Time is the world's manual clock: the handler runs, the other process cancels, and one
+/// move of 301 ms makes the heartbeat due — well inside the lease, however late a loaded
+/// machine runs it.
 pub async fn w23_cancel_running_remote(factory: &dyn Factory) -> CaseResult {
-    let world = World::new(factory).await?;
-    let saw = Arc::new(AtomicBool::new(false));
+    let world = World::manual(factory).await?;
+    let (saw, started) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
     let config =
         Config::new().queue("work", QueueConfig::workers(1).lease_ttl(Duration::from_millis(900)));
-    let tune = holders(Gate::default(), saw.clone());
-    let rt = world.start(move |b| tune(b.config(config))).await?;
+    let (s, st) = (saw.clone(), started.clone());
+    let rt = world
+        .start(move |b| {
+            b.config(config).register(move |job: Work, ctx: JobContext| {
+                let (saw, started) = (s.clone(), st.clone());
+                async move {
+                    started.store(true, Ordering::SeqCst);
+                    ctx.cancelled().await;
+                    saw.store(true, Ordering::SeqCst);
+                    Ok::<_, JobError>(job.n)
+                }
+            })
+        })
+        .await?;
     let other_rt = world.start(|b| b).await?;
     let other = other_rt.client();
     let id = rt.client().submit(Work { n: 1 }).await?;
-    task_until(&other, id.as_str(), "running", |t| t.status == Status::Running).await?;
+    // The heartbeat ticker is made before the handler is first polled: once the handler ran,
+    // its first tick is fixed 300 ms after the claim on the manual clock.
+    eventually("the handler started", || async { Ok(started.load(Ordering::SeqCst)) }).await?;
     other.cancel(id.as_str()).await?;
+    world.advance(Duration::from_millis(301));
     let t = task_until(&other, id.as_str(), "cancelled", |t| t.status == Status::Canceled).await?;
     assert_eq!((t.last_error.as_str(), t.lease_lost), ("canceled", 0));
     assert!(saw.load(Ordering::SeqCst), "the handler's token was cancelled");

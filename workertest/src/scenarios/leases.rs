@@ -61,22 +61,42 @@ pub async fn w13_poison_lease_cap(factory: &dyn Factory) -> CaseResult {
     world.finish().await
 }
 
-/// Automatic heartbeats (every TTL/3) keep a 4.5 s handler's 1.5 s lease: LeaseLost 0. (The
-/// lease is long enough that one heartbeat delayed by a loaded CI machine — up to a second —
-/// does not lose it; the handler still outlives three leases.)
+/// Automatic heartbeats (every TTL/3) keep a 1.5 s lease through a handler that runs 4.5 s:
+/// LeaseLost 0. Time is the world's manual clock, moved 100 ms at a time, and each step waits
+/// until the lease is again more than 900 ms ahead (a heartbeat landed when one was due)
+/// before time moves on: no delay of a loaded machine can make a heartbeat late, and a runtime
+/// that does not heartbeat never gets its lease ahead again (the wait fails).
 pub async fn w14_slow_task_auto_renew(factory: &dyn Factory) -> CaseResult {
-    let world = World::new(factory).await?;
+    let world = World::manual(factory).await?;
+    let (calls, gate) = (Calls::default(), Gate::default());
     let config = queue(QueueConfig::workers(1).lease_ttl(Duration::from_millis(1_500)));
+    let (c, g) = (calls.clone(), gate.clone());
     let rt = world
-        .start(|b| {
-            b.config(config).register(|job: Work, _ctx| async move {
-                tokio::time::sleep(Duration::from_millis(4_500)).await;
-                Ok::<_, JobError>(job.n)
+        .start(move |b| {
+            b.config(config).register(move |job: Work, _ctx| {
+                let (_, g) = (c.hit(), g.clone());
+                async move {
+                    g.pass().await;
+                    Ok::<_, JobError>(job.n)
+                }
             })
         })
         .await?;
     let client = rt.client();
     let id = client.submit(Work { n: 3 }).await?;
+    // The heartbeat ticker exists once the handler runs (it is made before the handler is
+    // first polled), with its ticks fixed on the manual clock.
+    eventually("the handler started", || async { Ok(calls.get() == 1) }).await?;
+    for _ in 0..45 {
+        world.advance(Duration::from_millis(100));
+        let ahead = world.now().saturating_add(Duration::from_millis(900));
+        eventually("a lease more than 900 ms ahead (kept by heartbeats)", || async {
+            let t = client.get(id.as_str()).await?;
+            Ok(t.status == Status::Running && t.lease_expires_at.is_some_and(|at| at > ahead))
+        })
+        .await?;
+    }
+    gate.open();
     assert_eq!(within("wait", client.wait(&id)).await??, 3);
     let t = client.get(id.as_str()).await?;
     assert_eq!((t.lease_lost, t.attempts), (0, 0));
@@ -102,19 +122,29 @@ pub async fn w29_renew_lease_auto(factory: &dyn Factory) -> CaseResult {
     world.finish().await
 }
 
-/// Manual heartbeats every 250 ms keep an 800 ms lease through a 2.5 s handler.
+/// Manual heartbeats every 250 ms keep an 800 ms lease through a 2.5 s handler: LeaseLost 0.
+/// The handler moves the world's manual clock itself before each renewal, so the lease's
+/// margin is the clock's, never the machine's (under load a real-time sleep between renewals
+/// could outlast the lease). After each move the handler yields for a moment so that the
+/// runtime's reaper looks at the new time: a `renew_lease` that kept nothing gets the task
+/// reaped (LeaseLost ≥ 1).
 pub async fn w30_manual_heartbeat_keepalive(factory: &dyn Factory) -> CaseResult {
-    let world = World::new(factory).await?;
+    let world = World::manual(factory).await?;
+    let clock = world.clock.clone().ok_or("w30 needs the manual clock")?;
     let config =
         queue(QueueConfig::workers(1).manual_heartbeat().lease_ttl(Duration::from_millis(800)));
     let rt = world
-        .start(|b| {
-            b.config(config).register(|job: Work, ctx: JobContext| async move {
-                for _ in 0..10 {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                    ctx.renew_lease().await.map_err(JobError::retry)?;
+        .start(move |b| {
+            b.config(config).register(move |job: Work, ctx: JobContext| {
+                let clock = clock.clone();
+                async move {
+                    for _ in 0..10 {
+                        clock.advance(Duration::from_millis(250));
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        ctx.renew_lease().await.map_err(JobError::retry)?;
+                    }
+                    Ok::<_, JobError>(job.n)
                 }
-                Ok::<_, JobError>(job.n)
             })
         })
         .await?;
