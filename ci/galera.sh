@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A 3-node MariaDB Galera cluster on loopback for the cross-node contract run (issue 39): sourced
-# by ci/services.sh when TASKGATE_GALERA=1, or run on its own (`bash ci/galera.sh`; `bash ci/galera.sh stop` stops it).
+# A 3-node MariaDB Galera cluster on loopback for the cross-node contract run and the node-kill
+# test (issue 39): sourced by ci/services.sh (unless TASKGATE_GALERA=0), or run on its own
+# (`bash ci/galera.sh`; `bash ci/galera.sh stop` stops it; `bash ci/galera.sh kill N` SIGKILLs node N).
 # Idempotent: a whole cluster is left alone; nodes that are down are restarted and join the rest
 # (IST, or SST by rsync); with every node down the most advanced one is bootstrapped
 # (`--wsrep-new-cluster`, `safe_to_bootstrap` fixed after an unclean stop); a lone survivor that
@@ -183,11 +184,23 @@ galera_stop() {
   done
 }
 
+# SIGKILL of node N's server (the node-fault test, brokers/mysql/tests/galera_nodekill.rs): no
+# shutdown, no goodbye to the cluster; `up` brings it back (IST from a survivor's gcache).
+galera_kill() { # node
+  local p
+  p=$(galera_pid "$1")
+  [ -n "$p" ] && kill -0 "$p" 2>/dev/null || { galera_log "node$1: not running"; return 1; }
+  kill -9 "$p"
+  while kill -0 "$p" 2>/dev/null; do sleep 0.05; done
+  galera_log "node$1: killed (pid $p)"
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   case "${1:-up}" in
     up) galera_up ;;
     stop) galera_stop ;;
-    *) echo "usage: ci/galera.sh [up|stop]" >&2; exit 2 ;;
+    kill) galera_kill "${2:?node}" ;;
+    *) echo "usage: ci/galera.sh [up|stop|kill N]" >&2; exit 2 ;;
   esac
 else
   # Sourced (ci/services.sh): a cluster that does not come up leaves TASKGATE_GALERA_URLS unset,

@@ -58,7 +58,7 @@ pub use record::{record, Origin, REPORT_VAR};
 pub use report::{
     case_names, run_all, run_case_test, run_matching, CaseReport, Outcome, CASE_TIMEOUT,
 };
-pub use skip::{or_skip, require_db, skip};
+pub use skip::{or_skip, require_db, skip, OPTED_OUT};
 pub use suites::{history_suite_test, model_suite_test, regressions_suite_test};
 
 /// What every case returns: `Ok` when it passed. Assertion failures panic with a message.

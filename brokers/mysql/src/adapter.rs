@@ -129,6 +129,26 @@ impl Runner {
     }
 }
 
+/// How a write transaction begins on a Galera node: with `autocommit` off and a savepoint.
+///
+/// MariaDB 10.11 with galera-4 26.4 can end a transaction that lost to a replicated write
+/// (brute-force abort, typically while a statement waits for `wsrep_sync_wait`) without
+/// delivering the 1213 to its client: every later statement answered OK, ran in autocommit
+/// mode and committed on its own, and the final `COMMIT` committed nothing. Measured with c56
+/// (1,000 concurrent cancels and resumes of one task on three nodes): in about 1 run in 10 a
+/// resume's `UPDATE` was rolled back while its audit row, inserted after the silent abort,
+/// committed alone — an `ok` record without its change ("two successful cancels in a row").
+/// With `autocommit = 0` the statements after such an abort stay in an implicit transaction
+/// that nothing commits, and the savepoint, which a rollback destroys, tells at `COMMIT`
+/// whether the transaction is still the one that began ([`GALERA_COMMIT`]).
+const GALERA_BEGIN: &str = "SET autocommit = 0; BEGIN; SAVEPOINT taskgate_tx";
+/// The `COMMIT` of a Galera transaction: `RELEASE SAVEPOINT` fails with 1305 when the
+/// transaction ended silently (then nothing is committed: the rest of the batch does not run,
+/// and [`GALERA_ROLLBACK`] follows), else the transaction commits and `autocommit` is back on.
+const GALERA_COMMIT: &str = "RELEASE SAVEPOINT taskgate_tx; COMMIT; SET autocommit = 1";
+/// The `ROLLBACK` of a Galera transaction, `autocommit` back on.
+const GALERA_ROLLBACK: &str = "ROLLBACK; SET autocommit = 1";
+
 /// A pooled connection that goes back to the pool only in a state its next user can rely on.
 ///
 /// sqlx 0.8.6's MySQL connection is not cancel-safe: a statement whose future is dropped while
@@ -149,11 +169,13 @@ struct Conn {
     busy: bool,
     /// `BEGIN` was sent and no `COMMIT` or `ROLLBACK` has ended the transaction.
     in_tx: bool,
+    /// The server is a Galera node: transactions run as [`GALERA_BEGIN`] describes.
+    galera: bool,
 }
 
 impl Conn {
     fn new(conn: PoolConnection<MySql>, runner: Runner) -> Conn {
-        Conn { conn: Some(conn), runner, busy: false, in_tx: false }
+        Conn { conn: Some(conn), runner, busy: false, in_tx: false, galera: false }
     }
 
     /// Marks a statement sent; returns the live connection (present until drop) and the runner.
@@ -184,13 +206,28 @@ impl Conn {
         self.busy = answer.as_ref().is_err_and(is_connection_lost);
     }
 
-    /// Sends `sql` (`BEGIN`, `COMMIT` or `ROLLBACK`); `in_tx` is what holds once it succeeded.
+    /// Sends `sql` (`BEGIN`, `COMMIT` or `ROLLBACK`, on a Galera node their
+    /// [`GALERA_BEGIN`] forms); `in_tx` is what holds once it succeeded.
     async fn command(&mut self, sql: &str, in_tx: bool) -> DbResult<()> {
+        let text = match (self.galera, sql) {
+            (true, "BEGIN") => GALERA_BEGIN,
+            (true, "COMMIT") => GALERA_COMMIT,
+            (true, "ROLLBACK") => GALERA_ROLLBACK,
+            _ => sql,
+        };
         let (conn, runner) = self.send()?;
-        let done = runner.command(conn, sql).await;
+        let done = runner.command(conn, text).await;
         self.answered(&done);
         if done.is_ok() {
             self.in_tx = in_tx;
+        } else if self.galera && sql == "COMMIT" && !self.busy {
+            // Refused (the savepoint gone, a certification conflict): nothing was committed.
+            // Roll back what is open and turn autocommit on again before the connection goes
+            // back to the pool; if that fails too, the connection is closed instead.
+            let (conn, runner) = self.send()?;
+            let undone = runner.command(conn, GALERA_ROLLBACK).await;
+            self.busy = undone.is_err();
+            self.in_tx = false;
         }
         done
     }
@@ -211,6 +248,7 @@ impl Drop for Conn {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let mut conn = Conn::new(conn, self.runner.clone());
+                conn.galera = self.galera;
                 drop(runtime.spawn(async move {
                     // Failed, the connection is closed instead of returned (and a task that
                     // ends mid-statement leaves it busy, which closes it too).
@@ -393,13 +431,24 @@ impl Session for MySqlSession {
     }
 }
 
-/// A pooled connection and its `BEGIN`, on a task of their own, so they always run to
-/// completion: a caller that leaves meanwhile (a timeout) costs no connection, and if nobody
-/// wants the transaction any more its drop rolls it back ([`Conn`]).
-async fn begin_detached(pool: &MySqlPool, runner: &Runner) -> DbResult<Conn> {
-    let (pool, runner) = (pool.clone(), runner.clone());
+/// A pooled connection, then its `BEGIN` on a task of its own, so the `BEGIN` always runs to
+/// completion: if nobody wants the transaction any more its drop rolls it back ([`Conn`]).
+/// The wait for the connection stays in the caller's future (sqlx's acquire is cancel-safe):
+/// a caller that leaves while it waits takes no connection. When the acquire ran on the task
+/// too, every claim whose caller had given up (c29 drops claims every few milliseconds) still
+/// queued for a connection, began and rolled back; on a Galera node, where each of those
+/// statements waits for the cluster, they queued faster than they drained, and an enqueue on
+/// the same handle waited 30 s for a connection ("pool timed out").
+async fn begin_detached(
+    pool: &MySqlPool,
+    runner: &Runner,
+    server: &Arc<ServerInfo>,
+) -> DbResult<Conn> {
+    let pooled = pool.acquire().await?;
+    let mut conn = Conn::new(pooled, runner.clone());
+    // Known once the pool's first connection was set up (`setup_session`).
+    conn.galera = server.known_galera() == Some(true);
     let begin = async move {
-        let mut conn = Conn::new(pool.acquire().await?, runner);
         // Counted open before it is sent: a `BEGIN` whose answer is lost may have started one.
         conn.in_tx = true;
         conn.command("BEGIN", true).await?;
@@ -414,7 +463,7 @@ async fn begin_detached(pool: &MySqlPool, runner: &Runner) -> DbResult<Conn> {
 #[async_trait]
 impl Adapter for MySqlAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
-        let begin = begin_detached(&self.pool, &self.runner);
+        let begin = begin_detached(&self.pool, &self.runner, &self.probe.server);
         let begun = self.gate().acquire(begin, || self.probe.run()).await;
         let conn = begun.inspect_err(|e| self.runner.health.observe(e))?;
         Ok(Box::new(MySqlTx { conn }))

@@ -34,6 +34,13 @@ pub(crate) const ER_CONNECTION_KILLED: u16 = 1927;
 /// ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8.0.24+): the server closed an idle connection.
 pub(crate) const ER_CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
 
+/// ER_SP_DOES_NOT_EXIST, as `RELEASE SAVEPOINT` answers it for a savepoint that is gone: on a
+/// Galera node, the transaction the savepoint belonged to ended without telling its client (a
+/// brute-force abort whose 1213 was never delivered, see `adapter::GALERA_COMMIT`), so nothing
+/// it wrote is applied and it can run again. The broker creates no stored procedures, the
+/// error's other meaning.
+pub(crate) const ER_SP_DOES_NOT_EXIST: u16 = 1305;
+
 /// ER_UNKNOWN_COM_ERROR, as a Galera node sends it while it is not in the primary component
 /// or not yet synced ("WSREP has not yet prepared node for application use"): the statement
 /// was refused, nothing was applied.
@@ -90,10 +97,11 @@ pub(crate) fn is_connection_lost(error: &DbError) -> bool {
 /// once, lock-wait timeouts once more, everything else never. On Galera a certification
 /// conflict and a transaction aborted for a replicated write (brute-force abort) are 1213 as
 /// well, and a node outside the primary component refuses statements with 1047 (retried once,
-/// like a lock-wait timeout).
+/// like a lock-wait timeout). A Galera transaction found silently ended at its COMMIT
+/// ([`ER_SP_DOES_NOT_EXIST`]) is retried like a deadlock victim.
 pub(crate) fn retry_class_of(number: u16) -> RetryClass {
     match number {
-        ER_LOCK_DEADLOCK => RetryClass::Immediate,
+        ER_LOCK_DEADLOCK | ER_SP_DOES_NOT_EXIST => RetryClass::Immediate,
         ER_LOCK_WAIT_TIMEOUT | ER_WSREP_NOT_READY => RetryClass::Limited,
         _ => RetryClass::Never,
     }

@@ -771,6 +771,11 @@ impl<'r, T: Send> TxRun<'r, T> {
         F: for<'a, 'c> FnMut(&'a mut Tx<'c>, &'a A) -> TxFuture<'a, T> + Send,
     {
         let core = self.core;
+        // A caller that left already (a claim whose `dequeue` was dropped, before its first
+        // attempt or while a conflict's back-off ran) costs no connection and no `BEGIN`.
+        if self.leaving.as_ref().is_some_and(|caller| caller.has_left()) {
+            return Attempt::Failed(TxFail::Abandoned);
+        }
         let begun = match self.leaving.as_mut() {
             None => core.adapter.begin().await,
             Some(caller) => tokio::select! {
