@@ -495,7 +495,9 @@ async fn reaper(inner: Arc<Inner>, mut ticker: Ticker) {
         match inner.broker.reap_expired().await {
             Ok(0) => {}
             Ok(n) => {
-                tracing::info!(reaped = n, "expired leases returned");
+                // A lease that expired is a worker that stopped heart-beating (crashed,
+                // killed, cut off or blocking its thread): worth a look.
+                tracing::warn!(reaped = n, "reaped tasks whose lease expired; they run again");
                 inner.finished();
             }
             Err(e) => tracing::warn!(error = %chain_text(&e), "reap failed"),
