@@ -458,6 +458,8 @@
           row('Cancel requested', t.cancel_requested ? 'yes' : 'no'),
           row('Lease', t.lease_expires_at ? el('span', { id: 'lease', class: t.lease_expired ? 'lease-expired' : '' },
             time(t.lease_expires_at) + ' — ' + t.lease_note) : '—'),
+          row('Last heartbeat', t.status !== 'running' ? '—' : el('span', { id: 'heartbeat' },
+            t.last_heartbeat_at ? time(t.last_heartbeat_at) : 'none since the claim')),
           row('On parent failure', t.on_parent_failure),
           row('Run at', time(t.run_at)), row('Created', time(t.created_at)),
           row('Started', time(t.started_at)), row('Finished', time(t.finished_at)),

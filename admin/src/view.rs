@@ -123,6 +123,10 @@ pub struct TaskView {
     /// The lease for people: `expires in 42 s`, `expired 12 s ago — the reaper will requeue
     /// it`, or empty (not running; and in the answers of mutations).
     pub lease_note: String,
+    /// While running: when the worker holding the lease last sent a heartbeat (RFC 3339, the
+    /// broker's clock); null right after the claim until the first heartbeat, and in every
+    /// other status.
+    pub last_heartbeat_at: Option<String>,
 }
 
 impl From<&Task> for TaskView {
@@ -165,6 +169,7 @@ impl From<&Task> for TaskView {
             lease_expires_at: t.lease_expires_at.map(time),
             lease_expired: false,
             lease_note: String::new(),
+            last_heartbeat_at: t.last_heartbeat_at.map(time),
         }
     }
 }

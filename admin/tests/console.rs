@@ -334,6 +334,10 @@ async fn seed(broker: &dyn Broker) -> taskgate::Result<String> {
     // A dead worker's task: claimed under a 1 s lease (common::run) and never heart-beaten.
     broker.enqueue(&Task::new("crawl", "lost").with_id("lost1")).await?;
     broker.dequeue(&["lost"]).await?;
+    // One that sent a heartbeat after its claim: its page shows the heartbeat's time.
+    broker.enqueue(&Task::new("crawl", "lost").with_id("beat1")).await?;
+    let beating = broker.dequeue(&["lost"]).await?;
+    broker.heartbeat(&beating.id, &beating.lease_token).await?;
     Ok(replay.id)
 }
 
@@ -405,11 +409,12 @@ async fn walk(b: &Browser, server: &Server, broker: &dyn Broker, replay_id: &str
     cancel_and_resume(b, broker, backend).await;
     progress_refreshes(b, broker).await;
     family(b, replay_id, backend).await;
-    lease(b, backend).await;
+    lease(b, broker, backend).await;
 }
 
-/// The dead worker's task: its list row and its page mark the expired lease.
-async fn lease(b: &Browser, backend: &str) {
+/// The dead worker's task: its list row and its page mark the expired lease, and its page says
+/// no heartbeat came since the claim; a task that sent one shows the heartbeat's time.
+async fn lease(b: &Browser, broker: &dyn Broker, backend: &str) {
     b.js("location.hash = '#/tasks?queue=lost'; return true").await;
     let badge =
         "const r = document.querySelector(\"table.tasks tr[data-id='lost1'] .lease-expired\"); \
@@ -420,6 +425,18 @@ async fn lease(b: &Browser, backend: &str) {
                  l.textContent.includes('expired'), l.textContent.includes('the reaper will requeue it')] : null";
     b.until("the task page marks the expired lease", shown, json!(["lease-expired", true, true]))
         .await;
+    let beat = "const h = document.getElementById('heartbeat'); return h ? h.textContent : null";
+    b.until("no heartbeat since the claim", beat, json!("none since the claim")).await;
+    let sent = broker.get("beat1").await.expect("get beat1").last_heartbeat_at;
+    let sent = sent.expect("beat1's heartbeat is stored").to_string();
+    // The console's time format: `2026-12-07 21:22:37Z` for `2026-12-07T21:22:37.123Z`.
+    let (day_time, _millis) = sent.split_once('.').expect("RFC 3339 with milliseconds");
+    let want = format!("{}Z", day_time.replace('T', " "));
+    b.js("location.hash = '#/task/beat1'; return true").await;
+    let shown = "const h = document.getElementById('heartbeat'); \
+                 return h ? [h.closest('dd').previousElementSibling.textContent, h.textContent] \
+                 : null";
+    b.until("beat1's last heartbeat", shown, json!(["Last heartbeat", want])).await;
     b.screenshot(&shot_name(backend, "-lease")).await;
 }
 

@@ -312,6 +312,7 @@ macro_rules! __with_cases {
             c56_audit_order_follows_changes,
             c57_failing_call_spares_its_neighbours,
             c58_lease_deadline_in_snapshots,
+            c59_last_heartbeat_in_snapshots,
             q1_quota_hard_limit,
             q2_quota_window_rotate,
             q3_quota_stale_release,

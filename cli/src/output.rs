@@ -109,6 +109,7 @@ pub(crate) struct TaskView {
     message: String,
     cursor: Option<Bytes>,
     lease_expires_at: Option<String>,
+    last_heartbeat_at: Option<String>,
 }
 
 impl TaskView {
@@ -142,6 +143,7 @@ impl TaskView {
             message: task.message.clone(),
             cursor: Bytes::of(task.cursor.as_deref()),
             lease_expires_at: task.lease_expires_at.map(|t| t.to_string()),
+            last_heartbeat_at: task.last_heartbeat_at.map(|t| t.to_string()),
         }
     }
 
@@ -178,6 +180,28 @@ fn lease_line(task: &Task, now: Timestamp) -> String {
     }
 }
 
+/// How long ago a running task's worker last sent a heartbeat, at `now`: `3 s ago`, `none`
+/// (not since the claim); `-` when the task is not running.
+pub(crate) fn heartbeat_age(task: &Task, now: Timestamp) -> String {
+    if task.status != taskgate::Status::Running {
+        return "-".to_owned();
+    }
+    match task.last_heartbeat_at {
+        Some(at) => format!("{} s ago", now.duration_since(at).as_secs()),
+        None => "none".to_owned(),
+    }
+}
+
+/// The last-heartbeat line of `get`: its time and age at `now`, or `none since the claim`;
+/// empty when not running.
+fn heartbeat_line(task: &Task, now: Timestamp) -> String {
+    match task.last_heartbeat_at {
+        _ if task.status != taskgate::Status::Running => String::new(),
+        Some(at) => format!("{at}, {}", heartbeat_age(task, now)),
+        None => "none since the claim".to_owned(),
+    }
+}
+
 /// One task as `key: value` lines, empty fields left out; the lease read at `now`.
 pub(crate) fn task_block(task: &Task, now: Timestamp) -> String {
     let time = |t: Option<Timestamp>| t.map_or_else(|| "-".to_owned(), |t| t.to_string());
@@ -187,6 +211,7 @@ pub(crate) fn task_block(task: &Task, now: Timestamp) -> String {
         ("queue", task.queue.clone()),
         ("status", status_label(task, now)),
         ("lease", lease_line(task, now)),
+        ("last heartbeat", heartbeat_line(task, now)),
         ("business key", task.business_key.clone()),
         ("replay of", task.replay_of.clone()),
         ("owner", task.owner.clone()),

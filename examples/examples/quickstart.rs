@@ -6,6 +6,13 @@ use taskgate_memory::MemoryBroker;
 
 #[tokio::main]
 async fn main() -> taskgate::Result<()> {
+    // What the library logs goes through `tracing`: print `info` and up (`RUST_LOG` overrides).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
     let broker = MemoryBroker::new();
     broker.init(BrokerOptions::default()).await?;
 

@@ -89,6 +89,14 @@ pub(crate) async fn run(db_file: &str, serve: bool) -> Result<Option<usize>, tas
 
 #[tokio::main]
 async fn main() -> Result<(), taskgate::BoxError> {
+    // The runtime reports retries, reaped tasks, lost leases and shutdown through `tracing`:
+    // print them (`info` and up; `RUST_LOG=taskgate_worker=debug` adds every claim).
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let serve = args.iter().any(|a| a == "--serve");
     let default = std::env::temp_dir().join("taskgate-worker-example.db");

@@ -169,6 +169,11 @@ pub struct Task {
     /// it the reaper takes the task back (its worker is presumed dead). `None` in every other
     /// status. Set by the broker; ignored at enqueue (contract §1.1.11).
     pub lease_expires_at: Option<Timestamp>,
+    /// While `running`: when the worker holding the lease last sent an accepted heartbeat
+    /// (the broker's clock); `None` right after the claim until the first heartbeat, and in
+    /// every other status. With [`lease_expires_at`](Self::lease_expires_at) it tells a
+    /// silent worker from a live one. Set by the broker; ignored at enqueue (contract §1.1.12).
+    pub last_heartbeat_at: Option<Timestamp>,
     /// When the broker stored the task (list order key).
     pub created_at: Timestamp,
     /// The first successful claim.

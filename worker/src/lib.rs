@@ -4,7 +4,8 @@
 //! MySQL/MariaDB): typed [`Job`]s submitted through a [`Client`], per-queue workers with
 //! concurrency, rate and quota limits, automatic heartbeats, retries with back-off, one
 //! reaper per `Runtime`, batched acks, graceful shutdown and periodic (cron) jobs that run once
-//! per tick across processes. The behaviour is contract §12 (`docs/contract.md`);
+//! per tick across processes (`Periodic`, with the `cron` cargo feature: off by default, so a
+//! worker without schedules does not compile the cron parser and the time-zone database). The behaviour is contract §12 (`docs/contract.md`);
 //! the decisions taken where it is silent are in `docs/decisions.md` ("Worker runtime").
 //!
 //! ```
@@ -76,6 +77,7 @@ mod handler;
 mod inner;
 mod job;
 mod obs;
+#[cfg(feature = "cron")]
 mod periodic;
 mod running;
 mod runtime;
@@ -88,6 +90,7 @@ pub use error::{Error, FailureKind, JobError, Result};
 pub use handler::Stepped;
 pub use job::{Job, JobId, SubmitOptions, DEFAULT_MAX_RETRY};
 pub use obs::names as metric_names;
+#[cfg(feature = "cron")]
 pub use periodic::Periodic;
 pub use runtime::{shutdown_signal, Builder, Runtime, DEFAULT_STOP_TIMEOUT};
 pub use shutdown::ShutdownReport;

@@ -22,10 +22,19 @@ use crate::config::{QueueSettings, Resolved};
 use crate::error::chain_text;
 use crate::handler::{self, Handler, Stepped};
 use crate::inner::{killable, Inner, RetryDelay};
-use crate::{Client, Config, Error, Job, JobContext, JobError, Periodic, Result, ShutdownReport};
+#[cfg(feature = "cron")]
+use crate::Periodic;
+use crate::{Client, Config, Error, Job, JobContext, JobError, Result, ShutdownReport};
 
 /// How long handlers get to return after shutdown cancelled them before they are dropped.
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The periodic schedules a runtime submits, each with its queue.
+#[cfg(feature = "cron")]
+type Schedules = Vec<(Periodic, String)>;
+/// Without the `cron` feature a runtime has no schedules.
+#[cfg(not(feature = "cron"))]
+type Schedules = Vec<std::convert::Infallible>;
 
 /// Configures and starts a [`Runtime`].
 ///
@@ -65,6 +74,7 @@ pub struct Builder {
     clock: Option<Arc<dyn Clock>>,
     local_clock: Option<Arc<dyn Clock>>,
     handlers: Vec<(String, Option<&'static str>, Handler)>,
+    #[cfg(feature = "cron")]
     periodic: Vec<Periodic>,
     on_state_change: Option<NotifyFn>,
     quota_provider: Option<Arc<dyn QuotaProvider>>,
@@ -135,7 +145,8 @@ impl Builder {
         self
     }
 
-    /// Adds a periodic job.
+    /// Adds a periodic job (the `cron` cargo feature).
+    #[cfg(feature = "cron")]
     pub fn periodic(mut self, periodic: Periodic) -> Self {
         self.periodic.push(periodic);
         self
@@ -255,7 +266,14 @@ impl Builder {
         Ok(queues)
     }
 
-    fn schedules(&self, config: &Resolved) -> Result<Vec<(Periodic, String)>> {
+    /// Without the `cron` feature there are no schedules.
+    #[cfg(not(feature = "cron"))]
+    fn schedules(&self, _config: &Resolved) -> Result<Schedules> {
+        Ok(Vec::new())
+    }
+
+    #[cfg(feature = "cron")]
+    fn schedules(&self, config: &Resolved) -> Result<Schedules> {
         let mut names = std::collections::HashSet::new();
         let mut out = Vec::new();
         for p in &self.periodic {
@@ -348,6 +366,7 @@ impl Runtime {
             clock: None,
             local_clock: None,
             handlers: Vec::new(),
+            #[cfg(feature = "cron")]
             periodic: Vec::new(),
             on_state_change: None,
             quota_provider: None,
@@ -367,7 +386,7 @@ impl Runtime {
         rx: Option<tokio::sync::mpsc::Receiver<completer::Done>>,
         max_batch: usize,
         max_wait: Duration,
-        schedules: Vec<(Periodic, String)>,
+        schedules: Schedules,
         start: Option<taskgate::Timestamp>,
     ) {
         let inner = &self.inner;
@@ -398,9 +417,12 @@ impl Runtime {
             let ticker = inner.clock.ticker(period);
             spawn(&self.loops, Box::pin(reaper(inner.clone(), ticker)));
         }
+        #[cfg(feature = "cron")]
         if let Some(start) = start.filter(|_| !schedules.is_empty()) {
             spawn(&self.loops, Box::pin(crate::periodic::run(inner.clone(), schedules, start)));
         }
+        #[cfg(not(feature = "cron"))]
+        let _ = (schedules, start);
     }
 
     /// Stops gracefully (runtime spec §12.5): no more claims, submits or reaps; tasks claimed
@@ -495,7 +517,9 @@ async fn reaper(inner: Arc<Inner>, mut ticker: Ticker) {
         match inner.broker.reap_expired().await {
             Ok(0) => {}
             Ok(n) => {
-                tracing::info!(reaped = n, "expired leases returned");
+                // A lease that expired is a worker that stopped heart-beating (crashed,
+                // killed, cut off or blocking its thread): worth a look.
+                tracing::warn!(reaped = n, "reaped tasks whose lease expired; they run again");
                 inner.finished();
             }
             Err(e) => tracing::warn!(error = %chain_text(&e), "reap failed"),

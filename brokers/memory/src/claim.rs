@@ -135,6 +135,7 @@ impl Txn<'_> {
             entry.lease = Some(tokens.claim_id());
             entry.lease_until = now.saturating_add(ttl).as_millis();
             entry.task.started_at.get_or_insert(now);
+            entry.task.last_heartbeat_at = None;
             let mut snapshot = entry.task.clone();
             tokens.write(&mut snapshot.lease_token, slot);
             snapshot.lease_expires_at = Some(Timestamp::from_millis(entry.lease_until));

@@ -114,6 +114,7 @@ impl Txn<'_> {
         task.status = decision.status();
         task.lease_token.clear();
         task.lease_expires_at = None;
+        task.last_heartbeat_at = None;
         task.created_at = self.now;
         if task.run_at.is_zero() {
             task.run_at = self.now;

@@ -91,6 +91,7 @@ impl Txn<'_> {
         let (now, opts) = (self.now, self.opts);
         let entry = self.leased(id, token)?;
         entry.lease_until = now.saturating_add(opts.ttl(&entry.task.queue)).as_millis();
+        entry.task.last_heartbeat_at = Some(now);
         if entry.task.cancel_requested {
             return Err(Error::Canceled { id: id.to_owned() });
         }

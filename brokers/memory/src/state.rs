@@ -52,18 +52,22 @@ impl Entry {
         }
     }
 
-    /// Clears the lease: no token, no deadline.
+    /// Clears the lease: no token, no deadline, no heartbeat.
     pub(crate) fn release_lease(&mut self) {
         self.lease = None;
         self.lease_until = 0;
+        self.task.last_heartbeat_at = None;
     }
 
-    /// A deep copy of the task as callers see it, with its lease token while running.
+    /// A deep copy of the task as callers see it, with its lease token, deadline and last
+    /// heartbeat while running.
     pub(crate) fn snapshot(&self) -> Task {
         let mut task = self.task.clone();
         if let Some(claim) = &self.lease {
             push_token(&mut task.lease_token, claim, self.slot);
             task.lease_expires_at = Some(Timestamp::from_millis(self.lease_until));
+        } else {
+            task.last_heartbeat_at = None;
         }
         task
     }

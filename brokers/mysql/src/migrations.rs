@@ -35,6 +35,11 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "ack_token",
         sql: include_str!("../../../migrations/mysql/0006_ack_token.sql"),
     },
+    Migration {
+        version: 7,
+        name: "heartbeat",
+        sql: include_str!("../../../migrations/mysql/0007_heartbeat.sql"),
+    },
 ];
 
 #[cfg(test)]

@@ -209,7 +209,7 @@ async fn a_version_2_database_upgrades_to_names_by_bytes() -> Result<(), BoxErro
         sqlx::query_scalar(&format!("SELECT version FROM {p}schema_migrations ORDER BY version"))
             .fetch_all(&mut admin)
             .await?;
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6], "init applied 0003 to 0006 only");
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7], "init applied 0003 to 0007 only");
     let mut new_collations = collations(&mut admin, &p).await?;
     // Migration 0005 adds the audit table and 0006 `tasks.ack_token`; this test is about what
     // 0003 did to the columns that were there.

@@ -286,6 +286,7 @@ mod tests {
             (4, "priority"),
             (5, "audit"),
             (6, "ack_token"),
+            (7, "heartbeat"),
         ];
         assert_eq!(versions, expected);
     }

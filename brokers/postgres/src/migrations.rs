@@ -35,4 +35,9 @@ pub static MIGRATIONS: &[Migration] = &[
         name: "ack_token",
         sql: include_str!("../../../migrations/postgres/0006_ack_token.sql"),
     },
+    Migration {
+        version: 7,
+        name: "heartbeat",
+        sql: include_str!("../../../migrations/postgres/0007_heartbeat.sql"),
+    },
 ];

@@ -37,6 +37,7 @@ async fn eight_handles_migrate_a_fresh_prefix_at_once() -> Result<(), taskgate::
             (4, "priority"),
             (5, "audit"),
             (6, "ack_token"),
+            (7, "heartbeat"),
         ];
         let expected: Vec<(i64, String)> =
             expected.iter().map(|(v, n)| (*v, (*n).to_owned())).collect();

@@ -39,7 +39,11 @@ async fn a_version_3_database_upgrades_to_priorities() -> Result<(), taskgate::B
             sqlx::query_as(&format!("SELECT version FROM {p}schema_migrations ORDER BY version"))
                 .fetch_all(&mut admin)
                 .await?;
-        assert_eq!(versions, [(1,), (2,), (3,), (4,), (5,), (6,)], "init applied 0004 to 0006");
+        assert_eq!(
+            versions,
+            [(1,), (2,), (3,), (4,), (5,), (6,), (7,)],
+            "init applied 0004 to 0007"
+        );
         let index: Vec<(String,)> = sqlx::query_as(
             "SELECT indexdef FROM pg_indexes WHERE tablename = $1 AND indexname = $2",
         )

@@ -7,14 +7,15 @@ use crate::value::{Cols, DecodeError, TakeCols};
 use crate::{Kind, Value};
 
 /// Every column of `<prefix>tasks`, in the order statements select and insert them
-/// (contract §11.1 order, then the 0002 extension columns, then 0004's `priority`).
+/// (contract §11.1 order, then the 0002 extension columns, then 0004's `priority`, then 0007's
+/// `heartbeat_at`).
 pub const TASK_COLUMNS: &str = "id, type, queue, payload, status, result, last_error, attempts, \
 max_retry, lease_lost, throttled, run_at, depends_on, on_parent_fail, pending_parents, \
 lease_token, lease_until, cancel_requested, created_at, started_at, finished_at, business_key, \
-replay_of, step_cursor, progress, message, steps, resumes, owner, priority";
+replay_of, step_cursor, progress, message, steps, resumes, owner, priority, heartbeat_at";
 
 /// The kinds of [`TASK_COLUMNS`], in order.
-pub const TASK_KINDS: [Kind; 30] = [
+pub const TASK_KINDS: [Kind; 31] = [
     Kind::Text,  // id
     Kind::Text,  // type
     Kind::Text,  // queue
@@ -45,6 +46,7 @@ pub const TASK_KINDS: [Kind; 30] = [
     Kind::Int,   // resumes
     Kind::Text,  // owner
     Kind::Int,   // priority
+    Kind::Int,   // heartbeat_at (Task::last_heartbeat_at)
 ];
 
 /// Number of task columns.
@@ -130,6 +132,7 @@ impl TaskRow {
             owner: c.text(28)?,
             priority: priority(c.int(29)?)?,
             lease_expires_at: None,
+            last_heartbeat_at: opt_time(c.int(30)?),
         };
         Ok(TaskRow {
             task,
@@ -163,6 +166,7 @@ impl TaskRow {
         let steps = count("steps", c.int(26)?)?;
         let resumes = count("resumes", c.int(27)?)?;
         let priority = priority(c.int(29)?)?;
+        let last_heartbeat_at = opt_time(c.int(30)?);
         let mut t = TakeCols(&mut row);
         let status: Status = t.text(4)?.parse().map_err(|e| DecodeError(format!("{e}")))?;
         let policy: OnParentFailure =
@@ -197,15 +201,20 @@ impl TaskRow {
             owner: t.text(28)?,
             priority,
             lease_expires_at: None,
+            last_heartbeat_at,
         };
         Ok(TaskRow { task, pending_parents, lease_until }.with_lease_shown())
     }
 
     /// Fills the snapshot's `lease_expires_at` from `lease_until` while the task is running
-    /// (`None` otherwise, and in the stored form).
+    /// (`None` otherwise, and in the stored form), and keeps `last_heartbeat_at` (the stored
+    /// `heartbeat_at`) only while running: a stale value of an earlier lease never shows.
     pub fn with_lease_shown(mut self) -> TaskRow {
         let running = self.task.status == Status::Running && self.lease_until != 0;
         self.task.lease_expires_at = running.then(|| Timestamp::from_millis(self.lease_until));
+        if !running {
+            self.task.last_heartbeat_at = None;
+        }
         self
     }
 
@@ -244,6 +253,7 @@ impl TaskRow {
             Value::from(t.resumes),
             Value::from(&t.owner),
             Value::Int(i64::from(t.priority)),
+            ms(t.last_heartbeat_at),
         ]
     }
 }

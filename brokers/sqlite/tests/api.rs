@@ -49,7 +49,7 @@ async fn file_url_prefix_and_synchronous_options_apply() -> TestResult {
         assert!(tables.contains(&"app_tasks".to_owned()), "{tables:?}");
         assert!(tables.contains(&"app_schema_migrations".to_owned()), "{tables:?}");
         assert_eq!(query_texts(db.path(), "PRAGMA journal_mode").await?, vec!["wal".to_owned()]);
-        assert_eq!(broker.schema_versions().await?, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(broker.schema_versions().await?, vec![1, 2, 3, 4, 5, 6, 7]);
         let bad = SqliteOptions::new(db.path()).prefix("Bad-Prefix").open().await;
         assert_eq!(bad.err().map(|e| e.kind()), Some(ErrorKind::InvalidInput));
         Ok(())

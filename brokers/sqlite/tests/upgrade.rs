@@ -22,7 +22,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() -> TestResul
         std::fs::copy(fixture(), db.path())?;
         let (clock, options) = manual_options();
         let broker = db.broker(options.clone()).await?;
-        assert_eq!(broker.schema_versions().await?, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(broker.schema_versions().await?, vec![1, 2, 3, 4, 5, 6, 7]);
 
         let done = broker.get("v1-done").await?;
         assert_eq!(done.status, Status::Completed);
@@ -76,7 +76,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() -> TestResul
         // A second open applies nothing.
         let reopened = SqliteOptions::new(db.path()).open().await?;
         assert_eq!(reopened.engine().migrate().await?, Vec::<i64>::new());
-        assert_eq!(reopened.schema_versions().await?, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(reopened.schema_versions().await?, vec![1, 2, 3, 4, 5, 6, 7]);
         reopened.init(options).await?;
         assert_eq!(reopened.get("v1-done").await?.status, Status::Completed);
         reopened.close().await?;

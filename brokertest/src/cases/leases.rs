@@ -93,3 +93,54 @@ pub async fn c58_lease_deadline_in_snapshots(factory: &dyn Factory) -> CaseResul
     assert_eq!((done.status, done.lease_expires_at), (Status::Completed, None), "finished");
     h.finish().await
 }
+
+/// Given lease TTL 60 s: the value a caller enqueues as `last_heartbeat_at` is ignored; claimed
+/// at T, the claim's snapshot, `get` and `list` show no heartbeat; heartbeats at T + 45 s and
+/// T + 50 s show as T + 45 s, then T + 50 s; the reaper takes the silent task back to
+/// `pending` without one; claimed again, the earlier lease's heartbeat does not carry over, and
+/// a heartbeat with the lost token changes nothing; a heartbeat of the new lease shows, and
+/// the completed task has none.
+pub async fn c59_last_heartbeat_in_snapshots(factory: &dyn Factory) -> CaseResult {
+    let h = Harness::new(factory).await?;
+    let mut sent = task("hb", "llm", "qh");
+    sent.last_heartbeat_at = Some(h.now());
+    let stored = h.enqueue(sent).await;
+    assert_eq!(stored.last_heartbeat_at, None, "enqueue ignores the caller's heartbeat time");
+    assert_eq!(h.get("hb").await.last_heartbeat_at, None, "a pending task has no heartbeat");
+    let t = h.now();
+    let claimed = h.dequeue(&["qh"]).await;
+    assert_eq!(claimed.last_heartbeat_at, None, "the claim's snapshot: no heartbeat yet");
+    assert_eq!(h.get("hb").await.last_heartbeat_at, None, "get: no heartbeat yet");
+
+    h.advance(Duration::from_secs(45));
+    must(h.broker.heartbeat("hb", &claimed.lease_token).await, "heartbeat hb at +45 s")?;
+    let first = Some(t.saturating_add(Duration::from_secs(45)));
+    assert_eq!(h.get("hb").await.last_heartbeat_at, first, "get: the heartbeat's time");
+    let listed = must(h.broker.list(&taskgate::Filter::default()).await, "list")?;
+    assert_eq!(listed.first().map(|t| t.last_heartbeat_at), Some(first), "list: the same");
+    h.advance(Duration::from_secs(5));
+    must(h.broker.heartbeat("hb", &claimed.lease_token).await, "heartbeat hb at +50 s")?;
+    let latest = Some(t.saturating_add(Duration::from_secs(50)));
+    assert_eq!(h.get("hb").await.last_heartbeat_at, latest, "the latest heartbeat's time");
+
+    h.advance(Duration::from_secs(61));
+    let silent = h.get("hb").await;
+    assert_eq!((silent.status, silent.last_heartbeat_at), (Status::Running, latest), "silent");
+    assert_eq!(reap(&h, "after the deadline").await?, 1, "the reaper takes hb back");
+    let back = h.get("hb").await;
+    assert_eq!((back.status, back.last_heartbeat_at), (Status::Pending, None), "reaped: none");
+
+    let again = h.dequeue(&["qh"]).await;
+    assert_eq!(again.last_heartbeat_at, None, "a new lease starts without a heartbeat");
+    h.advance(Duration::from_secs(1));
+    let lost = h.broker.heartbeat("hb", &claimed.lease_token).await;
+    assert_eq!(lost.map_err(|e| e.kind()), Err(taskgate::ErrorKind::LeaseLost), "old token");
+    assert_eq!(h.get("hb").await.last_heartbeat_at, None, "a refused heartbeat is not recorded");
+    h.advance(Duration::from_secs(2));
+    must(h.broker.heartbeat("hb", &again.lease_token).await, "heartbeat of the new lease")?;
+    assert_eq!(h.get("hb").await.last_heartbeat_at, Some(h.now()), "the new lease's heartbeat");
+    must(h.broker.ack("hb", &again.lease_token, None).await, "ack hb")?;
+    let done = h.get("hb").await;
+    assert_eq!((done.status, done.last_heartbeat_at), (Status::Completed, None), "finished");
+    h.finish().await
+}

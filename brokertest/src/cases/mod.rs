@@ -44,7 +44,9 @@ pub use claims::{c03_claim_mutex, c04_blocking_dequeue, c05_delayed_task, c09_re
 pub use clock::{c33_broker_now, c34_retry_after, c37_claims_by_server_clock};
 pub use deps::{c10_dep_wake, c11_cascade_cancel, c12_cancel_states, c43_duplicate_parents};
 pub use identity::{c19_replay_basic, c20_replay_chain, c22_identity_race, c44_replay_check_order};
-pub use leases::{c07_lease_reap, c58_lease_deadline_in_snapshots};
+pub use leases::{
+    c07_lease_reap, c58_lease_deadline_in_snapshots, c59_last_heartbeat_in_snapshots,
+};
 pub use lifecycle::c30_lifecycle;
 pub use limits::{c27_input_limits, c36_payload_limits};
 pub use names::c35_names_by_bytes;

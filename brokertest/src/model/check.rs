@@ -85,6 +85,8 @@ pub(crate) fn diff_task(want: &Task, got: &Task) -> Vec<String> {
     field("throttled", want.throttled.to_string(), got.throttled.to_string());
     let lease = |t: &Task| format!("{:?}", t.lease_expires_at);
     field("lease_expires_at", lease(want), lease(got));
+    let beat = |t: &Task| format!("{:?}", t.last_heartbeat_at);
+    field("last_heartbeat_at", beat(want), beat(got));
     field("run_at", at(Some(want.run_at)), at(Some(got.run_at)));
     field("depends_on", format!("{:?}", want.depends_on), format!("{:?}", got.depends_on));
     field(

@@ -51,6 +51,7 @@ impl Model {
             status: decision.status(),
             lease_token: String::new(),
             lease_expires_at: None,
+            last_heartbeat_at: None,
             created_at: self.now,
             cancel_requested: false,
             steps: 0,
@@ -149,6 +150,7 @@ impl Model {
         entry.task.started_at.get_or_insert(now);
         entry.lease_until = now.saturating_add(ttl);
         entry.task.lease_expires_at = Some(entry.lease_until);
+        entry.task.last_heartbeat_at = None;
         entry.tokens.push(token);
         Ok(entry.task.clone())
     }
@@ -274,6 +276,7 @@ impl Model {
         let entry = self.entry_mut(id)?;
         entry.lease_until = now.saturating_add(ttl);
         entry.task.lease_expires_at = Some(entry.lease_until);
+        entry.task.last_heartbeat_at = Some(now);
         if entry.task.cancel_requested {
             return Err(Fault::of(ErrorKind::Canceled));
         }
@@ -316,9 +319,10 @@ fn check_step(step: &Step) -> Result<(), Fault> {
     Ok(())
 }
 
-/// Clears the lease: no token, no deadline.
+/// Clears the lease: no token, no deadline, no heartbeat.
 pub(crate) fn release(entry: &mut Entry) {
     entry.task.lease_token.clear();
     entry.task.lease_expires_at = None;
+    entry.task.last_heartbeat_at = None;
     entry.lease_until = Timestamp::ZERO;
 }

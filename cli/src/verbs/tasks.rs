@@ -9,7 +9,7 @@ use serde_json::json;
 use taskgate::{AdminAction, AdminOutcome, Filter, ReplayRequest, Status, Task, Timestamp};
 
 use crate::error::{CliError, Outcome};
-use crate::output::{clip, emit, status_label, table, task_block, TaskView};
+use crate::output::{clip, emit, heartbeat_age, status_label, table, task_block, TaskView};
 use crate::Context;
 
 /// Arguments of `taskgate list`.
@@ -85,13 +85,15 @@ fn list_table(tasks: &[Task], filter: &Filter, now: Timestamp) -> String {
                 t.task_type.clone(),
                 t.queue.clone(),
                 status_label(t, now),
+                heartbeat_age(t, now),
                 t.attempts.to_string(),
                 t.created_at.to_string(),
                 clip(&t.last_error, 40),
             ]
         })
         .collect();
-    let header = ["ID", "TYPE", "QUEUE", "STATUS", "ATTEMPTS", "CREATED", "LAST ERROR"];
+    let header =
+        ["ID", "TYPE", "QUEUE", "STATUS", "HEARTBEAT", "ATTEMPTS", "CREATED", "LAST ERROR"];
     let mut out = if tasks.is_empty() { String::new() } else { table(&header, &rows) };
     let more = filter.limit > 0 && tasks.len() == filter.limit;
     let next = filter.offset + tasks.len();

@@ -159,8 +159,9 @@ async fn scenario(db: &TestDb) {
     broker.finish_canceled(&long.id, &running.lease_token).await.expect("finish canceled");
     assert_eq!(broker.get(&long.id).await.expect("get long").status, Status::Canceled);
 
-    // Leases: a running task shows its deadline; one whose worker stopped heart-beating (a
-    // 1 s lease, 2 s ago) is marked expired until the reaper takes it.
+    // Leases: a running task shows its deadline and its last heartbeat; one whose worker
+    // stopped heart-beating (a 1 s lease, 2 s ago, no heartbeat since the claim) is marked
+    // expired until the reaper takes it.
     let short = db
         .broker_with(taskgate::BrokerOptions {
             default_lease_ttl: std::time::Duration::from_secs(1),
@@ -171,7 +172,8 @@ async fn scenario(db: &TestDb) {
     short.try_dequeue(&["dead"]).await.expect("claim").expect("the dead task");
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let live = broker.enqueue(&Task::new("crawl", "live")).await.expect("enqueue live");
-    broker.try_dequeue(&["live"]).await.expect("claim").expect("the live task");
+    let beating = broker.try_dequeue(&["live"]).await.expect("claim").expect("the live task");
+    broker.heartbeat(&live.id, &beating.lease_token).await.expect("heartbeat live");
     let names: Vec<(&str, &str)> = vec![(&dead.id, "dead"), (&live.id, "live")];
     let clean = |text: &str| scrub(text, &db.prefix, &names);
     snap!("get_lease_expired", clean(&ok(tg(db, &["get", &dead.id])).stdout));
@@ -180,11 +182,18 @@ async fn scenario(db: &TestDb) {
     let listed = ok(tg(db, &["list", "--status", "running"])).stdout;
     let dead_row = listed.lines().find(|l| l.starts_with(&dead.id)).unwrap_or_default();
     assert!(dead_row.contains("running (lease expired "), "{listed}");
+    assert!(dead_row.contains(" none "), "no heartbeat since the claim: {listed}");
     let live_row = listed.lines().find(|l| l.starts_with(&live.id)).unwrap_or_default();
     assert!(live_row.contains("running") && !live_row.contains("expired"), "{listed}");
+    assert!(live_row.contains(" s ago "), "the heartbeat's age: {listed}");
     let shown = json(&ok(tg(db, &["--json", "get", &live.id])));
     let deadline = broker.get(&live.id).await.expect("get live").lease_expires_at;
     assert_eq!(shown["lease_expires_at"], deadline.map(|t| t.to_string()).unwrap_or_default());
+    let beat = broker.get(&live.id).await.expect("get live").last_heartbeat_at;
+    assert!(beat.is_some(), "the heartbeat is stored");
+    assert_eq!(shown["last_heartbeat_at"], beat.map(|t| t.to_string()).unwrap_or_default());
+    let silent = json(&ok(tg(db, &["--json", "get", &dead.id])));
+    assert_eq!(silent["last_heartbeat_at"], serde_json::Value::Null, "{silent}");
     short.close().await.expect("close the short-lease handle");
 
     audit(db, &broker, &email.id, &report.id, &long.id).await;

@@ -90,8 +90,8 @@ pub(crate) fn claim_update_sql(core: &Core, n: usize, lease: &str, lease_args: u
     core.sql_sized("claim_update", (n, lease_args), || {
         format!(
             "UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
-             lease_until = {lease}, started_at = CASE WHEN started_at = 0 THEN ? ELSE \
-             started_at END WHERE id IN (SELECT id FROM {from} WHERE {ready} \
+             lease_until = {lease}, heartbeat_at = 0, started_at = CASE WHEN started_at = 0 \
+             THEN ? ELSE started_at END WHERE id IN (SELECT id FROM {from} WHERE {ready} \
              ORDER BY priority, run_at, id LIMIT ?) RETURNING {{cols}}",
             from = claim_from(core),
             ready = ready_where(core, n, "?"),
@@ -135,9 +135,9 @@ pub(crate) fn claim_skip_locked_sql(
             "{marker}WITH n AS (SELECT COALESCE(?, {{now}}) AS now) \
              UPDATE {{tasks}} SET status = 'running', lease_token = {token}, \
              lease_until = (SELECT now FROM n) + LEAST({ttl}, 9223372036854775807 - \
-             (SELECT now FROM n)), started_at = CASE WHEN started_at = 0 THEN \
-             (SELECT now FROM n) ELSE started_at END WHERE id = ANY(ARRAY(SELECT id FROM {from} \
-             WHERE {ready} ORDER BY priority, run_at, id LIMIT {limit}{{skip_locked}})) \
+             (SELECT now FROM n)), heartbeat_at = 0, started_at = CASE WHEN started_at = 0 \
+             THEN (SELECT now FROM n) ELSE started_at END WHERE id = ANY(ARRAY(SELECT id \
+             FROM {from} WHERE {ready} ORDER BY priority, run_at, id LIMIT {limit}{{skip_locked}})) \
              RETURNING {{cols}}",
             from = claim_from(core),
             ready = ready_where(core, n, "(SELECT now FROM n)"),
@@ -424,7 +424,7 @@ async fn select_then_update(
     let sql = tx.core.sql_sized("claim_mark", (n, lease_args.len()), || {
         let mut sql = "UPDATE {tasks} SET status = 'running', lease_token = CASE id".to_owned();
         sql.push_str(&" WHEN ? THEN ?".repeat(n));
-        sql.push_str(&format!(" END, lease_until = {lease}, "));
+        sql.push_str(&format!(" END, lease_until = {lease}, heartbeat_at = 0, "));
         sql.push_str("started_at = CASE WHEN started_at = 0 THEN ? ELSE started_at END ");
         sql.push_str(&format!("WHERE id IN ({})", placeholders(n)));
         sql
@@ -446,6 +446,7 @@ fn mark_claimed(opts: &ResolvedOptions, mut row: TaskRow, now: Timestamp) -> Tas
     row.task.lease_token = id::new_ulid();
     row.lease_until = now.saturating_add(opts.ttl(&row.task.queue)).as_millis();
     row.task.lease_expires_at = Some(Timestamp::from_millis(row.lease_until));
+    row.task.last_heartbeat_at = None;
     if row.task.started_at.is_none() {
         row.task.started_at = Some(now);
     }

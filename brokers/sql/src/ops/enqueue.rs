@@ -266,6 +266,7 @@ fn stored_form(task: &Task, id: String, decision: &SubmitDecision, now: Timestam
     }
     t.lease_token.clear();
     t.lease_expires_at = None;
+    t.last_heartbeat_at = None;
     t.cancel_requested = false;
     t.steps = 0;
     t.resumes = 0;
@@ -435,7 +436,7 @@ const CREATED_AT_ARG: usize = 18;
 /// server's time.
 pub(crate) const INSERT_FROM_NOW: &str = "INSERT INTO {tasks} ({cols}) SELECT ?, ?, ?, ?, ?, \
     ?, ?, ?, ?, ?, ?, COALESCE(?, n.now), ?, ?, ?, ?, ?, ?, COALESCE(?, n.now), ?, ?, ?, ?, ?, \
-    ?, ?, ?, ?, ?, ? FROM n";
+    ?, ?, ?, ?, ?, ?, ? FROM n";
 
 /// [`INSERT_FROM_NOW`] with the server's time and returning `created_at`; with `notify` (an
 /// adapter's [`inline_notify`](crate::SqlConn::inline_notify) expression) evaluated once in a
@@ -483,7 +484,7 @@ pub(crate) async fn key_tail(tx: &mut Tx<'_>, key: &str) -> Result<Option<Existi
 
 /// Inserts one task row: every column of [`TASK_COLUMNS`](crate::row::TASK_COLUMNS).
 pub(crate) const INSERT_SQL: &str = "INSERT INTO {tasks} ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?, \
-    ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// The key's chain tail: the execution no execution replays (as replay finds it). The
 /// predecessor's time order (`ORDER BY created_at DESC, id DESC`) names the wrong execution

@@ -95,14 +95,15 @@ pub(crate) async fn requeue(tx: &mut Tx<'_>, id: &str, token: &str) -> Result<()
     Ok(())
 }
 
-/// Heartbeat: renews the lease; returns whether a cancel was requested (the caller reports
-/// `Canceled` after commit, so the renewal sticks).
+/// Heartbeat: renews the lease and records the heartbeat's time (the server's, as the lease's);
+/// returns whether a cancel was requested (the caller reports `Canceled` after commit, so the
+/// renewal sticks).
 pub(crate) async fn heartbeat(tx: &mut Tx<'_>, id: &str, token: &str) -> Result<bool, TxFail> {
     let row = locked(tx, id, token).await?;
     let now = tx.now().await?;
     let until = now.saturating_add(tx.opts.ttl(&row.task.queue));
-    let sql = tx.core.sql("UPDATE {tasks} SET lease_until = ? WHERE id = ?");
-    tx.exec(&sql, &[Value::from(until), Value::from(id)]).await?;
+    let sql = tx.core.sql("UPDATE {tasks} SET lease_until = ?, heartbeat_at = ? WHERE id = ?");
+    tx.exec(&sql, &[Value::from(until), Value::from(now), Value::from(id)]).await?;
     Ok(row.task.cancel_requested)
 }
 
