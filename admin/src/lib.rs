@@ -62,6 +62,12 @@
 //! another owner's task answers 404 (never 403, which would confirm it exists), and the
 //! endpoints that span every owner (queues, stats, audit) answer 403.
 //!
+//! **Rules as tests.** [`endpoints`] lists every route with the token it needs ([`Access`])
+//! and what it reaches ([`Reach`]); the router is built from the same table. With the
+//! `testkit` feature, `taskgate_admin::testkit` holds the access rules above as named rule
+//! functions that walk that table over HTTP, and `admin_rule_tests!(factory)` makes one test
+//! per rule for a backend.
+//!
 //! **Audit.** Every mutation runs through [`Broker::audited`]: the backend writes one record
 //! (the token's name, the action, the task or queue, the broker's time, the outcome) in the
 //! same transaction as the change, or alone with the error's code when the contract rejects
@@ -89,11 +95,13 @@ mod limits;
 pub mod openapi;
 mod routes;
 mod server;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod view;
 
 use std::sync::Arc;
 
-use axum::routing::{get, post};
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::Router;
 use taskgate::Broker;
 
@@ -122,28 +130,124 @@ pub(crate) struct AppState {
 /// Paths start with `/api/v1`; unknown paths answer a JSON 404 (`route.not_found`), a known
 /// path with the wrong method a JSON 405. Every request's body is read whole before its
 /// handler runs, within [`Limits::body_timeout`] (else 408) and [`MAX_BODY_BYTES`] (else 413).
+/// The routes are [`endpoints`], built from the same table.
 pub fn router(broker: Arc<dyn Broker>, config: AdminConfig) -> Router {
     let body_timeout = config.limits.body_timeout;
     let state = AppState { broker, config: Arc::new(config) };
-    Router::new()
-        .route("/api/v1/tasks", get(routes::list_tasks))
-        .route("/api/v1/tasks/{id}", get(routes::get_task))
-        .route("/api/v1/tasks/{id}/cancel", post(routes::cancel_task))
-        .route("/api/v1/tasks/{id}/resume", post(routes::resume_task))
-        .route("/api/v1/tasks/{id}/replay", post(routes::replay_task))
-        .route("/api/v1/queues", get(routes::list_queues))
-        .route("/api/v1/queues/{queue}/pause", post(routes::pause_queue))
-        .route("/api/v1/queues/{queue}/resume", post(routes::resume_queue))
-        .route("/api/v1/stats", get(routes::stats))
-        .route("/api/v1/audit", get(routes::audit))
-        .route("/api/v1/openapi.json", get(routes::openapi))
-        .route("/", get(console::to_console))
-        .route("/console", get(console::to_console))
-        .route("/console/", get(console::index))
-        .route("/console/console.js", get(console::script))
-        .route("/console/console.css", get(console::style))
+    let mut router = Router::new();
+    for (endpoint, handler) in routes() {
+        router = router.route(endpoint.path, handler);
+    }
+    router
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(body_timeout, body::read_within_limits))
         .with_state(state)
+}
+
+/// An endpoint's HTTP method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Method {
+    /// `GET` (a read; `HEAD` is answered too).
+    Get,
+    /// `POST` (a mutation).
+    Post,
+}
+
+impl Method {
+    /// The method's name: `GET`, `POST`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+        }
+    }
+}
+
+/// The token an endpoint needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// None (the console's files, the OpenAPI document: no data).
+    Public,
+    /// Any configured token.
+    Read,
+    /// A write token (a read token gets 403).
+    Write,
+}
+
+/// What an endpoint reaches, which decides what an owner-bound token gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// No task data.
+    Nothing,
+    /// The task its `{id}` segment names: another owner's task answers the 404 of a missing
+    /// task.
+    Task,
+    /// A listing of tasks: an owner-bound token lists only its owner's.
+    OwnTasks,
+    /// Data of every owner (queues, stats, audit): an owner-bound token gets 403.
+    AllOwners,
+}
+
+/// One route the [`router`] serves: method, path (with `{id}` or `{queue}` segments), the
+/// token it needs and what it reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The method.
+    pub method: Method,
+    /// The path, as the router matches it.
+    pub path: &'static str,
+    /// The token it needs.
+    pub access: Access,
+    /// What it reaches.
+    pub reach: Reach,
+}
+
+/// Every route the [`router`] serves, from the table the router is built from, so a new
+/// endpoint is listed here (and in the rule tests that walk this list) by construction.
+pub fn endpoints() -> Vec<Endpoint> {
+    routes().into_iter().map(|(endpoint, _)| endpoint).collect()
+}
+
+/// The routing table: each endpoint with its handler.
+fn routes() -> Vec<(Endpoint, MethodRouter<AppState>)> {
+    use Access::{Public, Read, Write};
+    use Method::{Get, Post};
+    use Reach::{AllOwners, Nothing, OwnTasks, Task};
+    vec![
+        route(Get, "/api/v1/tasks", Read, OwnTasks, routes::list_tasks),
+        route(Get, "/api/v1/tasks/{id}", Read, Task, routes::get_task),
+        route(Post, "/api/v1/tasks/{id}/cancel", Write, Task, routes::cancel_task),
+        route(Post, "/api/v1/tasks/{id}/resume", Write, Task, routes::resume_task),
+        route(Post, "/api/v1/tasks/{id}/replay", Write, Task, routes::replay_task),
+        route(Get, "/api/v1/queues", Read, AllOwners, routes::list_queues),
+        route(Post, "/api/v1/queues/{queue}/pause", Write, AllOwners, routes::pause_queue),
+        route(Post, "/api/v1/queues/{queue}/resume", Write, AllOwners, routes::resume_queue),
+        route(Get, "/api/v1/stats", Read, AllOwners, routes::stats),
+        route(Get, "/api/v1/audit", Read, AllOwners, routes::audit),
+        route(Get, "/api/v1/openapi.json", Public, Nothing, routes::openapi),
+        route(Get, "/", Public, Nothing, console::to_console),
+        route(Get, "/console", Public, Nothing, console::to_console),
+        route(Get, "/console/", Public, Nothing, console::index),
+        route(Get, "/console/console.js", Public, Nothing, console::script),
+        route(Get, "/console/console.css", Public, Nothing, console::style),
+    ]
+}
+
+fn route<H, T>(
+    method: Method,
+    path: &'static str,
+    access: Access,
+    reach: Reach,
+    handler: H,
+) -> (Endpoint, MethodRouter<AppState>)
+where
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    let filter = match method {
+        Method::Get => MethodFilter::GET,
+        Method::Post => MethodFilter::POST,
+    };
+    (Endpoint { method, path, access, reach }, on(filter, handler))
 }

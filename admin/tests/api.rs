@@ -116,6 +116,8 @@ async fn auth(s: &Server) {
             s.raw("GET", "/api/v1/tasks", Some(&format!("{scheme} {VIEWER}")), None).await;
         assert_eq!(status, 200, "{scheme:?}: {body}");
     }
+    // A read token's 403 on every mutation: the named rule `read_token_cannot_mutate`
+    // (tests/rules.rs).
     for path in [
         "/api/v1/tasks/a1/cancel",
         "/api/v1/tasks/a1/resume",
@@ -123,12 +125,6 @@ async fn auth(s: &Server) {
         "/api/v1/queues/mail/pause",
         "/api/v1/queues/mail/resume",
     ] {
-        let (status, body) = s.post(path, Some(VIEWER), None).await;
-        assert_eq!(
-            (status, body["code"].as_str()),
-            (403, Some("auth.forbidden")),
-            "{path}: {body}"
-        );
         let (status, _) = s.post(path, None, None).await;
         assert_eq!(status, 401, "{path} without a token");
     }
@@ -371,38 +367,10 @@ async fn owner_bound(s: &Server, broker: &dyn Broker) {
     assert_eq!(ids(&body), Vec::<String>::new(), "and never bob's");
     let (_, body) = s.get("/api/v1/tasks?queue=mail&owner=alice", Some(ALICE)).await;
     assert_eq!(ids(&body), ["a1", "a2"]);
-    for (method, path) in [
-        ("GET", "/api/v1/tasks/b1"),
-        ("POST", "/api/v1/tasks/b1/cancel"),
-        ("POST", "/api/v1/tasks/b1/resume"),
-        ("POST", "/api/v1/tasks/d1/replay"),
-        ("GET", "/api/v1/tasks/c1"),
-    ] {
-        let (status, body) = s.raw(method, path, Some(ALICE), None).await;
-        assert_eq!(
-            (status, body["code"].as_str()),
-            (404, Some("task.not_found")),
-            "{method} {path}: {body}"
-        );
-        let id = path.split('/').nth(4).unwrap_or_default();
-        let alike = format!("task not found: {id}");
-        assert_eq!(body["message"].as_str(), Some(&*alike), "an alien task looks missing");
-    }
-    assert_eq!(broker.get("b1").await.unwrap().status, Status::Pending, "bob's task untouched");
-    for (method, path) in [
-        ("GET", "/api/v1/queues"),
-        ("GET", "/api/v1/stats"),
-        ("GET", "/api/v1/audit"),
-        ("POST", "/api/v1/queues/mail/pause"),
-    ] {
-        let (status, body) = s.raw(method, path, Some(ALICE), None).await;
-        assert_eq!(
-            (status, body["code"].as_str()),
-            (403, Some("auth.forbidden")),
-            "{path}: {body}"
-        );
-    }
-    assert_eq!(audit_count(broker).await, n, "refused requests write no audit row");
+    // Another owner's task answers the 404 of a missing one, and the endpoints that span every
+    // owner 403: the named rules `owner_bound_token_sees_404_like_missing` and
+    // `owner_bound_token_403_on_queues_stats_audit` (tests/rules.rs).
+    assert_eq!(audit_count(broker).await, n, "listings write no audit row");
     let (status, body) = s.post("/api/v1/tasks/a2/cancel", Some(ALICE), None).await;
     assert_eq!((status, body["status"].as_str()), (200, Some("canceled")), "{body}");
     let log = broker.audit_log(&AuditQuery { limit: 1, ..Default::default() }).await.unwrap();

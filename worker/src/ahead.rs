@@ -21,6 +21,10 @@
 //! - **Leases**: the keeper heartbeats every task held longer than a heartbeat period (TTL/3
 //!   on the runtime's clock); a held task found cancelled is finished as cancelled, one whose
 //!   lease was lost is dropped (the reaper owns it).
+//! - **Cancels**: a held task whose cancel is known never starts: one cancelled through this
+//!   runtime's client is taken out of the buffer and finished as cancelled at once
+//!   ([`cancel_if_held`]), one cancelled elsewhere when the keeper's heartbeat answers
+//!   `Canceled` (contract §12.3.6).
 //! - **Shutdown**: no held task starts once shutdown began; the held tasks are requeued with
 //!   no counter changed (`requeue`), like interrupted ones. A crash leaves them `running` until
 //!   their leases expire, like running ones.
@@ -384,6 +388,24 @@ pub(crate) async fn keeper(inner: Arc<Inner>, q: Arc<QueueRt>, execs: TaskTracke
             }
         }
         pump(&inner, &q, &execs);
+    }
+}
+
+/// A cancel made through this runtime: when task `id` is held here it leaves the buffer and is
+/// finished as cancelled without running (the broker already recorded the cancel request).
+pub(crate) async fn cancel_if_held(inner: &Inner, id: &str) {
+    for q in inner.queues.values() {
+        let held = {
+            let mut st = q.ahead.state();
+            let at = st.buffer.iter().position(|h| h.task.id == id);
+            at.and_then(|at| st.buffer.remove(at))
+        };
+        if let Some(held) = held {
+            cancel_held(inner, q, &held.task).await;
+            // The buffer shrank: a claim may be due.
+            q.ahead.poke(q);
+            return;
+        }
     }
 }
 

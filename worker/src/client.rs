@@ -244,9 +244,13 @@ impl Client {
     }
 
     /// Cancels a task. Waiting tasks are cancelled at once; a running one here has its
-    /// handler's token cancelled at once, in another process at its next heartbeat.
+    /// handler's token cancelled at once, in another process at its next heartbeat. One
+    /// claimed ahead here (held, not started) is finished as cancelled before this returns,
+    /// without running; one held by another process when that process's next lease renewal
+    /// learns of the cancel.
     pub async fn cancel(&self, id: &str) -> Result<()> {
         self.inner.broker.cancel(id).await?;
+        crate::ahead::cancel_if_held(&self.inner, id).await;
         for exec in self.inner.running.get(id) {
             exec.mark(crate::running::USER_CANCELLED, true);
         }

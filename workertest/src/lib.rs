@@ -97,6 +97,7 @@ macro_rules! __with_scenarios {
             w48_periodic_due_by_broker_clock,
             w49_periodic_skewed_runtimes_once_per_tick,
             w50_error_text_with_nul,
+            w51_held_task_cancelled_not_run,
         }
     };
 }

@@ -2,7 +2,8 @@
 //! a token, serves the admin API over a real socket (a read token reads, cancels need a write
 //! token and leave an audit record), and stops with exit 0 on SIGINT. On SQLite: under
 //! `ulimit -n 256` it stays reachable behind 300 slow clients, closes them after its timeouts,
-//! and answers 600 connections opened at once; its token errors never show a secret.
+//! and answers 600 connections opened at once; its token errors never show a secret. The
+//! admin API's named rules (`taskgate_admin::testkit`) hold for the real binary on all three.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use rstest::rstest;
 use taskgate::{Status, Task};
+use taskgate_admin::testkit;
 
 use crate::common::{run, stop_child, taskgate, tg, TestDb, RUN_LIMIT};
 
@@ -117,6 +119,37 @@ async fn serve_answers_over_a_socket_and_stops_on_sigint(#[case] backend: &'stat
     assert_eq!(code, Some(0), "serve stops cleanly on SIGINT");
     broker.close().await.ok();
     db.remove().await;
+}
+
+/// Issue 43, item 4: every rule of `taskgate_admin::testkit::RULES` (a read token cannot
+/// mutate, an owner-bound token's 404 like a missing task and 403 on queues, stats and audit,
+/// near-miss secrets are 401) holds for `taskgate serve` started with the kit's tokens, the
+/// kit seeding and checking through its own handle on the same database. A failure names the
+/// rule.
+#[rstest]
+#[case::sqlite("sqlite")]
+#[case::postgres("postgres")]
+#[case::mysql("mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_keeps_the_admin_rules(#[case] backend: &'static str) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    assert_eq!(tg(&db, &["migrate"]).code, 0, "migrate");
+    let broker = db.broker().await;
+    let mut cmd = taskgate();
+    cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+    for spec in testkit::TOKEN_SPECS {
+        cmd.args(["--token", spec]);
+    }
+    let (mut child, addr) = start(cmd, &db);
+    let addr = addr.parse().unwrap_or_else(|e| panic!("address {addr:?}: {e}"));
+    let kept = testkit::run_all(&testkit::Target::new(addr, broker.clone())).await;
+    let code = stop_child(&mut child, true, RUN_LIMIT, "serve after SIGINT");
+    broker.close().await.ok();
+    db.remove().await;
+    if let Err(e) = kept {
+        panic!("{backend}: taskgate serve: {e}");
+    }
+    assert_eq!(code, Some(0), "serve stops cleanly on SIGINT");
 }
 
 /// Bounds the slow-client test's waits (the server acts after its 1 s timeouts).

@@ -1,8 +1,9 @@
 //! Claiming ahead (`QueueConfig::prefetch`): tasks claimed beyond the free workers are held
 //! locally, returned unchanged at shutdown, never claimed ahead on a gated queue, and never
-//! started when the queue's setting forbids it.
+//! started once their cancel is known.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use brokertest::{CaseResult, Factory};
@@ -10,8 +11,8 @@ use taskgate::{Filter, Status, Task};
 use taskgate_worker::{Config, JobContext, JobError, QueueConfig, SubmitOptions};
 
 use super::count;
-use crate::jobs::{Calls, Work};
-use crate::{eventually, within, World};
+use crate::jobs::{Calls, Gate, Work};
+use crate::{eventually, within, TestResult, World};
 
 /// Fast tasks first, then ones that block until cancelled.
 const FAST: u32 = 200;
@@ -164,4 +165,121 @@ pub async fn w46_no_claim_ahead_when_off_or_gated(factory: &dyn Factory) -> Case
         world.finish().await?;
     }
     Ok(())
+}
+
+/// The `Work` tasks held ahead by `client`'s runtime now, once every claim landed (the broker's
+/// `running` tasks are the one blocked handler's and the held ones); `blocker` aside.
+async fn held_now(client: &taskgate_worker::Client, blocker: &str) -> TestResult<Vec<String>> {
+    eventually("tasks held ahead of the blocked worker, every claim landed", || async {
+        let held = client.stats("work").await?.claimed_ahead;
+        let running = count(client, "work", Status::Running).await?;
+        Ok(held > 0 && u64::try_from(held).is_ok_and(|held| running == held + 1))
+    })
+    .await?;
+    let filter =
+        Filter { task_type: "work".into(), status: Some(Status::Running), ..Filter::default() };
+    let held: Vec<String> =
+        client.list(&filter).await?.into_iter().map(|t| t.id).filter(|id| id != blocker).collect();
+    assert_eq!(held.len(), client.stats("work").await?.claimed_ahead, "held: {held:?}");
+    Ok(held)
+}
+
+/// A held task whose cancel is known is finished as cancelled without running its handler.
+/// One worker (prefetch 8, manual clock) runs fast tasks, then one that blocks on a gate, so
+/// later tasks wait claimed ahead in its buffer. Every task held then is cancelled through the
+/// runtime's own client: each is `canceled` ("canceled") when `cancel` returns. The buffer
+/// refills; every task held then is cancelled through another runtime (another process), and
+/// the clock moves one heartbeat period (TTL / 3), when the held tasks' lease renewal answers
+/// `Canceled`: each becomes `canceled` while the worker is still blocked. The gate opens:
+/// every other task completes, and no cancelled task's handler ever ran.
+pub async fn w51_held_task_cancelled_not_run(factory: &dyn Factory) -> CaseResult {
+    const FAST: u32 = 100;
+    const BLOCKER: u32 = FAST;
+    const TOTAL: u32 = 200;
+    let world = World::manual(factory).await?;
+    let remote_rt = world.start(|b| b.config(Config::new())).await?;
+    let remote = remote_rt.client();
+    let mut group = remote.group();
+    let mut by_id = HashMap::new();
+    for n in 0..TOTAL {
+        // Fast tasks first, then the blocker, then the ones that wait held.
+        let priority = match n {
+            n if n < FAST => 0,
+            BLOCKER => 1,
+            _ => 2,
+        };
+        by_id.insert(group.add(Work { n }, SubmitOptions::new().priority(priority)).to_string(), n);
+    }
+    group.submit().await?;
+    let blocker = by_id.iter().find(|(_, n)| **n == BLOCKER).map(|(id, _)| id.clone());
+    let blocker = blocker.ok_or("no blocker")?;
+
+    let ran = Arc::new(Mutex::new(HashSet::new()));
+    let (gate, blocked) = (Gate::default(), Calls::default());
+    let (r, g, b) = (ran.clone(), gate.clone(), blocked.clone());
+    let ttl = Duration::from_secs(60);
+    let config = Config::new().queue("work", QueueConfig::workers(1).prefetch(8).lease_ttl(ttl));
+    let rt = world
+        .start(move |builder| {
+            builder.config(config).register(move |job: Work, _ctx: JobContext| {
+                let (ran, gate, blocked) = (r.clone(), g.clone(), b.clone());
+                async move {
+                    ran.lock().unwrap_or_else(|p| p.into_inner()).insert(job.n);
+                    if job.n == BLOCKER {
+                        blocked.hit();
+                        gate.pass().await;
+                    }
+                    Ok::<_, JobError>(job.n)
+                }
+            })
+        })
+        .await?;
+    let client = rt.client();
+    eventually("the blocking handler started", || async { Ok(blocked.get() == 1) }).await?;
+
+    // Cancelled here: finished before `cancel` returns.
+    let local = held_now(&client, &blocker).await?;
+    for id in &local {
+        client.cancel(id).await?;
+        let t = client.get(id).await?;
+        assert_eq!(
+            (t.status, t.last_error.as_str()),
+            (Status::Canceled, "canceled"),
+            "held task {} cancelled through its own runtime",
+            by_id[id]
+        );
+    }
+    // Cancelled elsewhere: known at the held tasks' next lease renewal.
+    let elsewhere = held_now(&client, &blocker).await?;
+    for id in &elsewhere {
+        remote.cancel(id).await?;
+    }
+    world.advance(ttl / 3);
+    for id in &elsewhere {
+        let t = crate::task_until(&client, id, "cancelled while held", |t| {
+            t.status == Status::Canceled
+        })
+        .await?;
+        assert_eq!(t.last_error, "canceled", "held task {}", by_id[id]);
+    }
+    assert_eq!(blocked.get(), 1, "the worker was blocked throughout");
+
+    gate.open();
+    let cancelled: HashSet<&String> = local.iter().chain(&elsewhere).collect();
+    let n_cancelled = u64::try_from(cancelled.len())?;
+    let done = u64::from(TOTAL) - n_cancelled;
+    eventually("every other task completed", || async {
+        Ok(count(&client, "work", Status::Completed).await? == done)
+    })
+    .await?;
+    let ran = ran.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for id in &cancelled {
+        assert!(!ran.contains(&by_id[*id]), "cancelled held task {} ran", by_id[*id]);
+        assert_eq!(client.get(id).await?.status, Status::Canceled);
+    }
+    assert_eq!(ran.len(), TOTAL as usize - cancelled.len(), "every other task ran once");
+    assert_eq!(count(&client, "work", Status::Canceled).await?, n_cancelled);
+    rt.shutdown(Duration::from_secs(5)).await?;
+    remote_rt.shutdown(Duration::from_secs(5)).await?;
+    world.finish().await
 }
