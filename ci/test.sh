@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README "Test"): formatting, lints, docs, the workflow file, every crate's
-# tests on every backend (the examples run to completion as tests), the memory and SQLite suites
+# tests on every backend (the examples run to completion as tests), brokertest's own suite on
+# PostgreSQL (BROKERTEST_URL), the memory and SQLite suites
 # again under a CPU hog (ci/under-load.sh), each benchmark once, and a
 # per-backend count of the contract cases, model/history/regression runs and worker scenarios
 # that ran and passed, read from the case report the generated tests write
@@ -20,6 +21,12 @@ export TASKGATE_CASE_REPORT="$logs/cases"
 step "cargo test --workspace (every crate, every backend)"
 status=0
 cargo test --workspace --locked --no-fail-fast || status=$?
+
+step "cargo test -p brokertest on PostgreSQL (BROKERTEST_URL; the workspace run above used memory)"
+# The same test binary (`--workspace`: no rebuild); outside the case report, which counts each
+# backend's own targets.
+env -u TASKGATE_CASE_REPORT BROKERTEST_URL="$TASKGATE_PG_URL" \
+  cargo test --workspace --locked --test suite || status=1
 
 step "memory and SQLite suites again under a CPU hog (2x the cores busy)"
 ci/under-load.sh || status=1
