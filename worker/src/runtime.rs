@@ -12,16 +12,18 @@ use taskgate::backoff::Backoff;
 use taskgate::notify::NotifyFn;
 use taskgate::{Broker, BrokerOptions, Clock, QuotaGate, QuotaProvider, SystemClock, Task, Ticker};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::ahead;
-use crate::claim::{claim_loop, QueueRt};
-use crate::completer::{self, Completer};
+use crate::ahead::{self, feed::feed_loop, held::requeue_held, keeper::keeper};
+use crate::batcher;
+use crate::completer::{self, Completer, Done};
 use crate::config::{QueueSettings, Resolved};
 use crate::error::chain_text;
+use crate::execute::Execs;
+use crate::gated::claim_loop;
 use crate::handler::{self, Handler, Stepped};
-use crate::inner::{killable, Inner, RetryDelay};
+use crate::inner::{Inner, RetryDelay, Stops};
+use crate::queue::QueueRt;
 #[cfg(feature = "cron")]
 use crate::Periodic;
 use crate::{Client, Config, Error, Job, JobContext, JobError, Result, ShutdownReport};
@@ -227,12 +229,9 @@ impl Builder {
             broker: self.broker,
             clock,
             config,
-            handlers: self.handlers.into_iter().map(|(k, _, h)| (k, h)).collect(),
             queues,
             running: Default::default(),
-            shutting_down: CancellationToken::new(),
-            kill: CancellationToken::new(),
-            abandon: CancellationToken::new(),
+            stops: Stops::new(),
             completer,
             retry_delay,
             finished_tx: watch::Sender::new(0),
@@ -241,9 +240,8 @@ impl Builder {
         let runtime = Runtime {
             inner: inner.clone(),
             loops: TaskTracker::new(),
-            execs: TaskTracker::new(),
+            execs: Execs::new(self.handlers.into_iter().map(|(k, _, h)| (k, h)).collect()),
             completer_task: TaskTracker::new(),
-            completer_stop: CancellationToken::new(),
             stop_timeout: self.stop_timeout,
             shut_down: AtomicBool::new(false),
         };
@@ -350,9 +348,8 @@ impl Builder {
 pub struct Runtime {
     inner: Arc<Inner>,
     loops: TaskTracker,
-    execs: TaskTracker,
+    execs: Execs,
     completer_task: TaskTracker,
-    completer_stop: CancellationToken,
     stop_timeout: Duration,
     shut_down: AtomicBool,
 }
@@ -383,19 +380,21 @@ impl Runtime {
 
     fn spawn_all(
         &self,
-        rx: Option<tokio::sync::mpsc::Receiver<completer::Done>>,
+        rx: Option<tokio::sync::mpsc::Receiver<Done>>,
         max_batch: usize,
         max_wait: Duration,
         schedules: Schedules,
         start: Option<taskgate::Timestamp>,
     ) {
         let inner = &self.inner;
-        let spawn = |tracker: &TaskTracker, fut| spawn_killable(tracker, &inner.kill, fut);
+        let spawn = |tracker: &TaskTracker, fut: Background| {
+            tracker.spawn(inner.stops.kill.clone().run_until_cancelled_owned(fut));
+        };
         if let Some(rx) = rx {
-            let stop = self.completer_stop.clone();
+            let stop = inner.stops.flush.clone();
             spawn(
                 &self.completer_task,
-                Box::pin(completer::run(inner.clone(), rx, max_batch, max_wait, stop)),
+                Box::pin(batcher::run(inner.clone(), rx, max_batch, max_wait, stop)),
             );
         }
         for q in inner.queues.values() {
@@ -405,10 +404,10 @@ impl Runtime {
                 continue;
             }
             for n in 0..ahead::FEEDERS {
-                let feed = ahead::feed_loop(inner.clone(), q.clone(), execs.clone(), n);
+                let feed = feed_loop(inner.clone(), q.clone(), execs.clone(), n);
                 spawn(&self.loops, Box::pin(feed));
             }
-            spawn(&self.loops, Box::pin(ahead::keeper(inner.clone(), q.clone(), execs)));
+            spawn(&self.loops, Box::pin(keeper(inner.clone(), q.clone(), execs)));
         }
         let min_ttl = inner.queues.values().map(|q| q.settings.lease_ttl).min();
         if let Some(ttl) = min_ttl {
@@ -442,27 +441,28 @@ impl Runtime {
         if self.shut_down.swap(true, Ordering::SeqCst) {
             return Ok(ShutdownReport::default());
         }
-        self.inner.shutting_down.cancel();
+        self.inner.stops.shutting_down.cancel();
         self.loops.close();
         self.loops.wait().await;
         for q in self.inner.queues.values() {
-            ahead::requeue_held(&self.inner, q).await;
+            requeue_held(&self.inner, q).await;
         }
-        self.execs.close();
-        let graceful = tokio::time::timeout(grace, self.execs.wait()).await.is_ok();
+        let execs = &self.execs.tracker;
+        execs.close();
+        let graceful = tokio::time::timeout(grace, execs.wait()).await.is_ok();
         if !graceful {
             let running = self.inner.running.interrupt_all();
             tracing::warn!(running, "shutdown grace elapsed; cancelling running handlers");
-            if tokio::time::timeout(self.stop_timeout, self.execs.wait()).await.is_err() {
+            if tokio::time::timeout(self.stop_timeout, execs.wait()).await.is_err() {
                 tracing::warn!(
                     "handlers ignored cancellation; dropping them (one that blocks its thread \
                      cannot be dropped: shutdown waits until it returns)"
                 );
-                self.inner.abandon.cancel();
-                self.execs.wait().await;
+                self.inner.stops.abandon.cancel();
+                execs.wait().await;
             }
         }
-        self.completer_stop.cancel();
+        self.inner.stops.flush.cancel();
         self.completer_task.close();
         self.completer_task.wait().await;
         let report = self.inner.tally.report(!graceful);
@@ -482,8 +482,8 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         if !self.shut_down.load(Ordering::SeqCst) {
-            self.inner.shutting_down.cancel();
-            self.inner.kill.cancel();
+            // The root of the stop tree: shutdown's signals below it fire too.
+            self.inner.stops.kill.cancel();
         }
     }
 }
@@ -502,17 +502,13 @@ impl std::fmt::Debug for Runtime {
 
 type Background = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
-fn spawn_killable(tracker: &TaskTracker, kill: &CancellationToken, fut: Background) {
-    tracker.spawn(killable(kill.clone(), fut));
-}
-
 /// The process's reaper: `reap_expired` at every tick of the clock until shutdown; errors
 /// are logged and the next round tries again.
 async fn reaper(inner: Arc<Inner>, mut ticker: Ticker) {
     loop {
         tokio::select! {
             () = ticker.tick() => {}
-            () = inner.shutting_down.cancelled() => return,
+            () = inner.stops.shutting_down.cancelled() => return,
         }
         match inner.broker.reap_expired().await {
             Ok(0) => {}
