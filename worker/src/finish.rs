@@ -319,3 +319,104 @@ fn landed(inner: &Inner, q: &QueueRt, write: &Write, finished: Ended) {
 fn storable(message: &str) -> String {
     message.replace('\0', "\u{fffd}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    /// Back-off of `n` claim-time attempts: n + 1 seconds.
+    fn backoff(n: u32) -> Duration {
+        SECOND * (n + 1)
+    }
+
+    fn exec(flags: &[u8]) -> Exec {
+        let exec = Exec::default();
+        for &flag in flags {
+            exec.mark(flag, flag != RELEASED);
+        }
+        exec
+    }
+
+    fn task(attempts: u32, max_retry: u32, throttled: u32) -> Task {
+        Task { attempts, max_retry, throttled, ..Task::default() }
+    }
+
+    fn ends(flags: &[u8], outcome: Option<Result<Outcome, JobError>>) -> Ending {
+        classify(&exec(flags), &task(0, 3, 0), outcome, 5, &backoff)
+    }
+
+    fn done() -> Option<Result<Outcome, JobError>> {
+        Some(Ok(Outcome::Done(Some(b"r".to_vec()))))
+    }
+
+    fn error() -> Option<Result<Outcome, JobError>> {
+        Some(Err(JobError::msg("boom")))
+    }
+
+    #[test]
+    fn the_first_match_wins() {
+        let all = [LEASE_LOST, RELEASED, USER_CANCELLED, INTERRUPTED];
+        assert!(matches!(ends(&all, done()), Ending::LeaseLost), "a lost lease beats everything");
+        let released = [RELEASED, USER_CANCELLED, INTERRUPTED];
+        assert!(matches!(ends(&released, done()), Ending::Released));
+        let cancelled = [USER_CANCELLED, INTERRUPTED];
+        assert!(matches!(ends(&cancelled, done()), Ending::Write(Write::Cancel)));
+        assert!(matches!(ends(&[USER_CANCELLED], error()), Ending::Write(Write::Cancel)));
+        let acked = ends(&[INTERRUPTED], done());
+        assert!(
+            matches!(&acked, Ending::Write(Write::Ack(Some(r))) if r == b"r"),
+            "a success interrupted by shutdown is still acked: {acked:?}"
+        );
+        let step = Step { message: "half".into(), ..Step::default() };
+        let stepped = ends(&[INTERRUPTED], Some(Ok(Outcome::Step(step))));
+        assert!(matches!(&stepped, Ending::Write(Write::Step(s)) if s.message == "half"));
+        assert!(matches!(ends(&[INTERRUPTED], error()), Ending::Write(Write::Requeue)));
+        assert!(matches!(ends(&[INTERRUPTED], None), Ending::Write(Write::Requeue)));
+        assert!(matches!(ends(&[], None), Ending::Nothing), "abandoned, never interrupted");
+        assert!(matches!(ends(&[], done()), Ending::Write(Write::Ack(_))));
+    }
+
+    /// The failure a handler error asks for on `task`: (kind, retry_in, the retry it stores).
+    fn fails(task: &Task, e: JobError) -> (FailKind, Option<Duration>, RetryAt, String) {
+        match classify(&exec(&[]), task, Some(Err(e)), 5, &backoff) {
+            Ending::Write(Write::Fail { failure, retry_in }) => {
+                (failure.kind, retry_in, failure.retry, failure.message)
+            }
+            other => panic!("not a failure: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_handler_error_is_classified_by_its_kind_and_the_budgets() {
+        let skip = fails(&task(0, 3, 0), JobError::skip(JobError::msg("bad\0input")));
+        assert_eq!((skip.0, skip.1), (FailKind::Skip, None), "skip: final at once");
+        assert_eq!(skip.3, "skip retry: bad\u{fffd}input", "a NUL is stored as U+FFFD");
+        let business = fails(&task(2, 3, 0), JobError::msg("boom"));
+        assert_eq!(business.0, FailKind::Business);
+        assert_eq!((business.1, business.2), (Some(3 * SECOND), RetryAt::After(3 * SECOND)));
+        let last = fails(&task(3, 3, 0), JobError::msg("boom"));
+        assert_eq!((last.1, last.2), (None, RetryAt::After(4 * SECOND)), "no retry left");
+        let throttled = fails(&task(3, 3, 3), JobError::throttled(7 * SECOND));
+        assert_eq!(throttled.0, FailKind::Throttled);
+        assert_eq!((throttled.1, throttled.2), (Some(7 * SECOND), RetryAt::After(7 * SECOND)));
+        let capped = fails(&task(0, 3, 4), JobError::throttled(7 * SECOND));
+        assert_eq!(capped.1, None, "the 5th throttle reaches the cap of 5");
+    }
+
+    #[test]
+    fn only_a_lost_lease_or_a_vanished_task_is_the_reapers() {
+        assert!(lease_gone(&taskgate::Error::lease_lost("t")));
+        assert!(lease_gone(&taskgate::Error::not_found("t")));
+        assert!(!lease_gone(&taskgate::Error::invalid("result", "too big")));
+        let ops = [
+            Write::Ack(None).op(),
+            Write::Step(Step::default()).op(),
+            Write::Reject(Failure::skip("x")).op(),
+            Write::Cancel.op(),
+            Write::Requeue.op(),
+        ];
+        assert_eq!(ops, ["ack", "save_step", "fail", "finish_canceled", "requeue"]);
+    }
+}
