@@ -1,5 +1,5 @@
 //! `portable-adapter`: taskgate in the long-horizon protocol of the independent PostgreSQL
-//! job-queue benchmark (hardbyte/postgresql-job-queue-benchmarking, `CONTRIBUTING_ADAPTERS.md`;
+//! job-queue benchmark (hardbyte/postgresql-job-queue-benchmarking, CONTRIBUTING_ADAPTERS.md;
 //! issue 42). `cargo run -p benches --release --bin portable-adapter` with the harness's
 //! environment (`DATABASE_URL`, `SCENARIO=long_horizon`, `PRODUCER_MODE`, `PRODUCER_RATE`,
 //! `TARGET_DEPTH`, `WORKER_COUNT`, `JOB_PAYLOAD_BYTES`, `JOB_WORK_MS`, `SAMPLE_EVERY_S`, and
@@ -60,10 +60,12 @@ fn now_ms() -> i64 {
     now_us().div_euclid(1_000)
 }
 
-/// One JSON record on stdout, flushed at once (the harness tails the stream line by line).
-fn emit(record: &serde_json::Value) {
+/// JSON records on stdout, one per line, written and flushed together (the harness tails the
+/// stream line by line; a tick's records are never split by a shutdown).
+fn emit(records: &[serde_json::Value]) {
+    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{record}");
+    let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
 }
 
@@ -99,14 +101,28 @@ async fn run(settings: Settings) -> benches::Result<()> {
     let pool = settings.workers.saturating_add(4);
     let broker = PgOptions::from_url(&settings.database_url)?.pool_size(pool).connect().await?;
     broker.init(BrokerOptions::default()).await?;
-    let schema: String =
-        sqlx::query_scalar("SELECT current_schema()::text").fetch_one(broker.pool()).await?;
-    let tables: Vec<String> =
-        broker.engine().tables().iter().map(|t| format!("{schema}.{t}")).collect();
+    // What `init` made, read back from the catalog (so the descriptor shows the schema as it
+    // is, and the harness's drift check against adapter.json means something).
+    let prefix = format!("{}%", taskgate_postgres::DEFAULT_PREFIX.replace('_', "\\_"));
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_schema::text || '.' || table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' \
+         AND table_name LIKE $1 ORDER BY table_name",
+    )
+    .bind(&prefix)
+    .fetch_all(broker.pool())
+    .await?;
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT schemaname::text || '.' || indexname::text FROM pg_indexes \
+         WHERE schemaname = current_schema() AND tablename = $1 ORDER BY indexname",
+    )
+    .bind(format!("{}tasks", taskgate_postgres::DEFAULT_PREFIX))
+    .fetch_all(broker.pool())
+    .await?;
     let schema_version = taskgate_postgres::MIGRATIONS
         .last()
         .map_or_else(|| "0".to_owned(), |m| format!("{:04}_{}", m.version, m.name));
-    emit(&portable::descriptor(&settings, &tables, &schema_version, started_ms));
+    emit(&[portable::descriptor(&settings, &tables, &indexes, &schema_version, started_ms)]);
     eprintln!(
         "portable-adapter: {} workers, {:?} producer at {}/s (depth target {}), samples every {} s",
         settings.workers,
@@ -241,15 +257,18 @@ async fn poll_depth(client: Client, shared: Arc<Shared>) {
 }
 
 /// At every wall-clock multiple of `every_s` seconds: the claim percentiles of the last 30 s,
-/// the enqueue and completion rates since the previous tick, and the depth.
+/// the enqueue and completion rates since the previous tick, and the depth. Each record's `t`
+/// is its tick (the boundary itself, so every system's samples share one timebase); a tick
+/// that comes late is still taken, at once, and labelled with its boundary, so the ticks of a
+/// run are consecutive multiples whatever the load.
 async fn sample(every_s: u64, shared: Arc<Shared>) {
+    let step = i64::try_from(every_s).unwrap_or(1).saturating_mul(1_000);
     let mut last = Instant::now();
     let mut last_enqueued = shared.enqueued.load(Ordering::Relaxed);
     let mut last_completed = shared.completed.load(Ordering::Relaxed);
+    let mut tick = portable::next_tick_ms(now_ms(), every_s);
     loop {
-        let now = now_ms();
-        let tick = portable::next_tick_ms(now, every_s);
-        let wait = u64::try_from(tick - now).unwrap_or(0);
+        let wait = u64::try_from(tick - now_ms()).unwrap_or(0);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         if shared.stop.load(Ordering::Relaxed) {
             return;
@@ -259,12 +278,11 @@ async fn sample(every_s: u64, shared: Arc<Shared>) {
         last = at;
         let enqueued = shared.enqueued.load(Ordering::Relaxed);
         let completed = shared.completed.load(Ordering::Relaxed);
-        let t = now_ms();
         let claim = shared
             .claims
             .lock()
             .ok()
-            .and_then(|w| w.percentiles(t))
+            .and_then(|w| w.percentiles(now_ms()))
             .map(|(p50, p95, p99, _)| (p50, p95, p99));
         let sample = Tick {
             claim,
@@ -274,8 +292,7 @@ async fn sample(every_s: u64, shared: Arc<Shared>) {
         };
         last_enqueued = enqueued;
         last_completed = completed;
-        for record in portable::samples(t, every_s, &sample) {
-            emit(&record);
-        }
+        emit(&portable::samples(tick, every_s, &sample));
+        tick += step;
     }
 }

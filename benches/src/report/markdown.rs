@@ -39,8 +39,12 @@ pub fn render(r: &Report, chart: &str) -> String {
     match (&r.topology, &r.topology_carried) {
         (Some(run), _) => out.push_str(&topology_section(run, "##")),
         (None, Some(carried)) => {
-            let _ = writeln!(out, "{}
-", carried.trim_end());
+            let _ = writeln!(
+                out,
+                "{}
+",
+                carried.trim_end()
+            );
         }
         (None, None) => {}
     }
@@ -671,7 +675,8 @@ fn topology_work(work: TopologyWork, handles: usize) -> String {
     match work {
         TopologyWork::Claim(spec) => format!("claim+ack {}", spec.label()),
         TopologyWork::Drain(spec, n) => {
-            let runtimes = if handles > 1 { format!("{handles} runtimes × ") } else { String::new() };
+            let runtimes =
+                if handles > 1 { format!("{handles} runtimes × ") } else { String::new() };
             format!("runtime drain of {} pre-filled, {runtimes}{}", rate(n as f64), spec.label())
         }
     }
@@ -688,7 +693,8 @@ fn topology_figure(c: Option<&TopologyCell>) -> String {
     let mark = if c.short { "†" } else { "" };
     let lo = c.rates.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = c.rates.iter().copied().fold(0.0, f64::max);
-    let range = if c.rates.len() > 1 { format!(" ({}–{})", rate(lo), rate(hi)) } else { String::new() };
+    let range =
+        if c.rates.len() > 1 { format!(" ({}–{})", rate(lo), rate(hi)) } else { String::new() };
     let failed = match c.failures.len() {
         0 => String::new(),
         n => format!(", {n} round(s) failed: {}", one_line(&c.failures[0])),
@@ -833,6 +839,8 @@ fn reproduce(out: &mut String) {
          cargo bench -p benches -- --test                                    # each bench once (CI)\n\
          cargo run -p benches --release --bin report -- --cell postgres,1,16,1  # one cell, to profile\n\
          cargo run -p benches --release --bin report -- --soak-only --soak-secs 60  # the soak alone\n\
+         . ci/services.sh   # PgBouncer on 6432, the Galera cluster on 3307-3309\n\
+         cargo run -p benches --release --bin report -- --topology-only     # PgBouncer and Galera rows alone\n\
          ```\n\n\
          Backends whose URL is unset are skipped with a message. `report --help` lists the \
          options (cell length, backends, output directory). The report writes \
@@ -1023,7 +1031,8 @@ pub(crate) mod tests {
         assert!(once.contains(&format!("text\n\n{TOPOLOGY_BEGIN}")), "{once}");
         assert!(once.contains(&format!("{TOPOLOGY_END}\n\n## Reading these numbers")), "{once}");
         assert_eq!(splice_topology(&once, &section), once, "splicing twice changes nothing");
-        let mut skipped = TopologyRun { skipped: vec!["Galera rows skipped".to_owned()], ..topology_run() };
+        let mut skipped =
+            TopologyRun { skipped: vec!["Galera rows skipped".to_owned()], ..topology_run() };
         skipped.cells.clear();
         let other = topology_section(&skipped, "##");
         let twice = splice_topology(&once, &other);

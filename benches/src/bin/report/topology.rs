@@ -148,7 +148,8 @@ async fn measure(
             cell.rates.push(jobs);
             cell.retries += retries;
             cell.short |= short;
-            let mark = if short { " (short: drained early or stopped at the deadline)" } else { "" };
+            let mark =
+                if short { " (short: drained early or stopped at the deadline)" } else { "" };
             format!("{} jobs/s, {retries} retries{mark}", rate(jobs))
         }
         Err(e) => {
