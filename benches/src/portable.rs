@@ -280,7 +280,7 @@ pub fn samples(t_ms: i64, every_s: u64, tick: &Tick) -> Vec<Value> {
 pub fn take_credit(credit: &mut f64, rate: f64, elapsed: Duration, max: usize) -> usize {
     *credit += rate * elapsed.as_secs_f64();
     let whole = credit.floor().max(0.0);
-    let take = if whole >= max as f64 { max } else { whole as usize };
+    let take = usize::try_from(crate::stats::whole(whole)).unwrap_or(max).min(max);
     *credit -= take as f64;
     // A producer that fell far behind does not burst forever: at most one batch stays owed.
     *credit = credit.min(max as f64);
