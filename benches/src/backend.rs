@@ -25,6 +25,14 @@ use crate::Result;
 pub const PG_URL_VAR: &str = "TASKGATE_PG_URL";
 /// The environment variable naming the MySQL/MariaDB server (as in the contract tests).
 pub const MYSQL_URL_VAR: &str = "TASKGATE_MYSQL_URL";
+/// The environment variable naming PgBouncer (transaction pooling) in front of the PostgreSQL
+/// server, with `?pooler=transaction` (`ci/pgbouncer.sh`).
+pub const PGBOUNCER_URL_VAR: &str = "TASKGATE_PGBOUNCER_URL";
+/// The environment variable naming the nodes of the MariaDB Galera cluster, comma-separated
+/// (`ci/galera.sh`).
+pub const GALERA_URLS_VAR: &str = "TASKGATE_GALERA_URLS";
+/// `0` opts out of the Galera cluster (`ci/services.sh` does not start it).
+pub const GALERA_OPT_VAR: &str = "TASKGATE_GALERA";
 
 /// One taskgate backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -89,14 +97,32 @@ pub struct Env {
     pub pg_url: Option<String>,
     /// `TASKGATE_MYSQL_URL`, when set.
     pub mysql_url: Option<String>,
+    /// `TASKGATE_PGBOUNCER_URL`, when set.
+    pub pgbouncer_url: Option<String>,
+    /// `TASKGATE_GALERA_URLS` split at commas (empty when unset).
+    pub galera_urls: Vec<String>,
+    /// `TASKGATE_GALERA=0`: the cluster was opted out of.
+    pub galera_opted_out: bool,
 }
 
 impl Env {
-    /// Reads `TASKGATE_PG_URL` and `TASKGATE_MYSQL_URL` (blank counts as unset).
+    /// Reads `TASKGATE_PG_URL`, `TASKGATE_MYSQL_URL`, `TASKGATE_PGBOUNCER_URL`,
+    /// `TASKGATE_GALERA_URLS` and `TASKGATE_GALERA` (blank counts as unset).
     pub fn from_env() -> Env {
         let var =
             |name| std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        Env { pg_url: var(PG_URL_VAR), mysql_url: var(MYSQL_URL_VAR) }
+        let galera_urls = var(GALERA_URLS_VAR)
+            .map(|list| {
+                list.split(',').map(|u| u.trim().to_owned()).filter(|u| !u.is_empty()).collect()
+            })
+            .unwrap_or_default();
+        Env {
+            pg_url: var(PG_URL_VAR),
+            mysql_url: var(MYSQL_URL_VAR),
+            pgbouncer_url: var(PGBOUNCER_URL_VAR),
+            galera_urls,
+            galera_opted_out: var(GALERA_OPT_VAR).as_deref() == Some("0"),
+        }
     }
 
     /// The backends that can run here, in report order.
@@ -122,6 +148,18 @@ impl Env {
     }
 }
 
+/// Where the handles of a bed connect (issue 39's topologies: through a pooler, or spread
+/// over the nodes of a cluster), for [`Bed::open_placed`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// PostgreSQL or MySQL.
+    pub backend: Backend,
+    /// One broker handle per URL, in order (a URL may repeat: several handles on one server).
+    pub handles: Vec<String>,
+    /// The harness's own pool (fills, counters): a direct URL of the same database.
+    pub raw: String,
+}
+
 /// The harness's own pool on a bed's database (bulk fills, raw-SQL ceilings, counters).
 #[derive(Clone, Debug)]
 pub enum RawPool {
@@ -142,6 +180,9 @@ pub struct Bed {
     pub backend: Backend,
     /// The broker handle the workload runs on.
     pub broker: Arc<dyn Broker>,
+    /// Further initialised handles on the same tables, each with a pool of its own and possibly
+    /// on another server of a cluster ([`Bed::open_placed`]; empty for [`Bed::open`]).
+    pub others: Vec<Arc<dyn Broker>>,
     /// The table prefix (a [`TestPrefix`] on the server backends, so the test factories'
     /// hourly sweep removes tables a killed run left behind).
     pub prefix: String,
@@ -177,10 +218,74 @@ impl Bed {
         Ok(bed)
     }
 
+    /// Opens fresh storage on the servers `placement` names: one broker handle per
+    /// `placement.handles` URL (all on the same table prefix; `sessions` connections spread
+    /// over them, at least one each), each initialised with default options, and the harness's
+    /// own pool on `placement.raw`. PostgreSQL and MySQL only.
+    pub async fn open_placed(placement: &Placement, sessions: u32) -> Result<Bed> {
+        let first = placement.handles.first().ok_or("a placement without handles")?;
+        let n = u32::try_from(placement.handles.len()).unwrap_or(u32::MAX);
+        let per_handle = sessions.max(1).div_ceil(n).max(1);
+        let prefix = String::from(TestPrefix::new());
+        let mut bed = match placement.backend {
+            Backend::Postgres => {
+                let broker = pg_options(first, &prefix, per_handle)?.connect().await?;
+                let pool = PgPoolOptions::new()
+                    .max_connections(sessions.max(1))
+                    .connect_lazy(&placement.raw)?;
+                let engine = broker.engine().clone();
+                let mut bed =
+                    Bed::new(Backend::Postgres, Arc::new(broker), prefix, RawPool::Postgres(pool));
+                bed.engine = Some(engine);
+                bed
+            }
+            Backend::MySql => {
+                let broker = mysql_options(first, &prefix, per_handle)?.connect().await?;
+                let pool = mysql_raw_pool(&placement.raw, sessions.max(1))?;
+                let engine = broker.engine().clone();
+                let mut bed =
+                    Bed::new(Backend::MySql, Arc::new(broker), prefix, RawPool::MySql(pool));
+                bed.engine = Some(engine);
+                bed
+            }
+            other => return Err(format!("{other}: no placement on servers").into()),
+        };
+        bed.url = Some(first.clone());
+        bed.sessions = per_handle;
+        let opened = async {
+            bed.broker.init(BrokerOptions::default()).await?;
+            for url in &placement.handles[1..] {
+                let handle: Arc<dyn Broker> = match placement.backend {
+                    Backend::Postgres => {
+                        Arc::new(pg_options(url, &bed.prefix, per_handle)?.connect().await?)
+                    }
+                    _ => Arc::new(mysql_options(url, &bed.prefix, per_handle)?.connect().await?),
+                };
+                handle.init(BrokerOptions::default()).await?;
+                bed.others.push(handle);
+            }
+            Ok::<(), crate::BoxError>(())
+        }
+        .await;
+        match opened {
+            Ok(()) => Ok(bed),
+            Err(e) => {
+                let _ = bed.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Every broker handle of the bed: [`Bed::broker`] first, then [`Bed::others`].
+    pub fn handles(&self) -> Vec<Arc<dyn Broker>> {
+        std::iter::once(self.broker.clone()).chain(self.others.iter().cloned()).collect()
+    }
+
     fn new(backend: Backend, broker: Arc<dyn Broker>, prefix: String, raw: RawPool) -> Bed {
         Bed {
             backend,
             broker,
+            others: Vec::new(),
             prefix,
             raw,
             engine: None,
@@ -293,6 +398,9 @@ impl Bed {
     /// Drops the bed's tables (server backends; SQLite's directory goes with the bed) and
     /// closes the broker and the harness's pool.
     pub async fn close(self) -> Result<()> {
+        for other in &self.others {
+            let _ = other.close().await;
+        }
         if let (Some(engine), true) = (&self.engine, self.backend.is_server()) {
             engine.drop_tables().await?;
         }

@@ -262,7 +262,8 @@ pub async fn fill_lanes(bed: &Bed, per_lane: &[u64]) -> Result<()> {
 }
 
 /// Claim+ack on the broker of `bed`, lane `i` holding `per_lane[i]` tasks (already filled).
+/// With several handles ([`Bed::handles`]), claimer `c` claims through handle `c % handles`.
 pub async fn broker_run(bed: &Bed, spec: Spec, per_lane: &[u64], stop: Stop) -> Result<Outcome> {
-    let broker = bed.broker.clone();
-    run(spec, per_lane, stop, |_| Ok(BrokerWorker::new(broker.clone()))).await
+    let handles = bed.handles();
+    run(spec, per_lane, stop, |c| Ok(BrokerWorker::new(handles[c % handles.len()].clone()))).await
 }

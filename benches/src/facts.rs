@@ -241,3 +241,30 @@ pub async fn write_transactions(bed: &Bed) -> Result<Option<u64>> {
         _ => Ok(None),
     }
 }
+
+/// A Galera node's replication settings and state, read through the bed's harness pool
+/// (MySQL/MariaDB only; empty elsewhere): `wsrep_on`, the provider's version, the cluster's
+/// size, the applier threads and the row image replicated.
+pub async fn galera_settings(bed: &Bed) -> Result<Vec<(String, String)>> {
+    let RawPool::MySql(pool) = &bed.raw else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for (name, sql) in [
+        ("wsrep_on", "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'"),
+        ("wsrep_provider_version", "SHOW GLOBAL STATUS LIKE 'wsrep_provider_version'"),
+        ("wsrep_cluster_size", "SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'"),
+        ("wsrep_slave_threads", "SHOW GLOBAL VARIABLES LIKE 'wsrep_slave_threads'"),
+        ("binlog_row_image", "SHOW GLOBAL VARIABLES LIKE 'binlog_row_image'"),
+    ] {
+        let row = sqlx::query(sql).fetch_optional(pool).await?;
+        let value = match row {
+            // Columns: Variable_name, Value (VARBINARY under utf8mb4_bin, or text).
+            Some(row) => row
+                .try_get::<Vec<u8>, _>(1)
+                .map(|v| String::from_utf8_lossy(&v).into_owned())
+                .or_else(|_| row.try_get::<String, _>(1))?,
+            None => "—".to_owned(),
+        };
+        out.push((name.to_owned(), value));
+    }
+    Ok(out)
+}

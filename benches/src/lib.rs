@@ -16,6 +16,11 @@
 //!   steady producers, and an idle worker's pickup latency.
 //! * [`soak`] keeps producers and claimers at a fixed rate with pruning on for minutes and
 //!   samples latency, backlog and the storage's size (sustained load without bloat).
+//! * [`topology`] says where the handles of the topology rows connect (issue 39: PgBouncer,
+//!   a Galera cluster) and why a family of them cannot run here.
+//! * [`portable`] holds the pieces of the `portable-adapter` binary (issue 42): settings,
+//!   the rolling latency window, clock-aligned ticks and the JSONL records of the independent
+//!   benchmark's long-horizon protocol.
 //! * [`report`] renders the Markdown table and the SVG chart.
 //!
 //! Numbers are measured here, never asserted: targets are checked and reported by the report.
@@ -26,12 +31,14 @@ pub mod facts;
 pub mod fill;
 pub mod pgbench;
 pub mod pickup;
+pub mod portable;
 pub mod produce;
 pub mod raw;
 pub mod report;
 pub mod runtime;
 pub mod soak;
 pub mod stats;
+pub mod topology;
 
 pub use taskgate::BoxError;
 

@@ -145,11 +145,37 @@ pub async fn drain(
     total: u64,
     limit: Duration,
 ) -> Result<RtOutcome> {
+    drain_on(std::slice::from_ref(broker), spec, total, limit).await
+}
+
+/// [`drain`] with one runtime of `spec` per handle of `brokers`, all started together (as one
+/// worker process per handle would be; issue 39's handles on different cluster nodes): the
+/// time runs from the first start to the end of the last graceful shutdown.
+pub async fn drain_on(
+    brokers: &[Arc<dyn Broker>],
+    spec: RtSpec,
+    total: u64,
+    limit: Duration,
+) -> Result<RtOutcome> {
     let counter = Counter::new(total);
     let begin = Instant::now();
-    let runtime = start(broker.clone(), spec, &counter).await?;
+    let mut runtimes = Vec::with_capacity(brokers.len());
+    for broker in brokers {
+        match start(broker.clone(), spec, &counter).await {
+            Ok(runtime) => runtimes.push(runtime),
+            Err(e) => {
+                for runtime in runtimes {
+                    let _ = runtime.shutdown(GRACE).await;
+                }
+                return Err(e);
+            }
+        }
+    }
     let finished = tokio::time::timeout(limit, counter.reached.notified()).await.is_ok();
-    runtime.shutdown(GRACE).await?;
+    let shutdowns = futures::future::join_all(runtimes.iter().map(|r| r.shutdown(GRACE)));
+    for result in shutdowns.await {
+        result?;
+    }
     Ok(RtOutcome { jobs: counter.ran(), elapsed: begin.elapsed(), produced: 0, finished })
 }
 

@@ -170,3 +170,50 @@ async fn pgbench_claims_and_completes_what_it_counts() -> Result<()> {
     })
     .await
 }
+
+/// The topology rows' beds (issue 39): every setup whose servers are here — PostgreSQL direct
+/// and through PgBouncer, MariaDB's single server, Galera node 1 and the Galera nodes 1–3 — has
+/// as many initialised handles as it says, and claimers spread over them complete exactly the
+/// backlog, and a runtime per handle drains another one; the others are skipped loudly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placed_beds_drain_exactly_the_backlog_across_their_handles() -> Result<()> {
+    use benches::runtime::{self, RtSpec};
+    use benches::topology::Family;
+    within(TEST_LIMIT, "placed_beds_drain_exactly_the_backlog_across_their_handles", async move {
+        let env = Env::from_env();
+        for family in Family::ALL {
+            if let Some(why) = family.skip_reason(&env) {
+                eprintln!("==== SKIPPED: {why}");
+                continue;
+            }
+            for &setup in family.setups() {
+                let placement = setup.placement(&env)?;
+                let bed = Bed::open_placed(&placement, 6).await?;
+                assert_eq!(bed.handles().len(), setup.handles(), "{setup}: handles");
+                let spec = Spec { queues: 1, claimers: 6, batch: 10 };
+                let per_lane = drive::split(spec, 503);
+                drive::fill_lanes(&bed, &per_lane).await?;
+                let out = drive::broker_run(
+                    &bed,
+                    spec,
+                    &per_lane,
+                    Stop::Drained(Duration::from_secs(120)),
+                )
+                .await?;
+                assert_eq!(out.jobs, 503, "{setup}: jobs");
+                assert_eq!(ready(&bed, spec).await?, 0, "{setup}: nothing left");
+                assert_eq!(completed(&bed).await?, 503, "{setup}: all completed");
+                fill::backlog(&bed, runtime::QUEUE, 300).await?;
+                let rt = RtSpec { workers: 2, completer: true };
+                let drained =
+                    runtime::drain_on(&bed.handles(), rt, 300, Duration::from_secs(120)).await?;
+                assert!(drained.finished && drained.jobs == 300, "{setup}: {drained:?}");
+                assert_eq!(completed(&bed).await?, 803, "{setup}: the runtimes' tasks completed");
+                eprintln!("{setup}: {} handles drained 503 + 300 tasks", setup.handles());
+                bed.close().await?;
+            }
+        }
+        Ok(())
+    })
+    .await
+}

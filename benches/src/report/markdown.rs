@@ -8,7 +8,10 @@ use crate::backend::Backend;
 use crate::report::targets::{
     batch100, claim_cell, evaluate, runtime_targets, scaling, Standing, Target,
 };
-use crate::report::{ClaimCell, Measured, Report, RuntimeCell, RuntimeWork, SoakCell};
+use crate::report::{
+    ClaimCell, Measured, Report, RuntimeCell, RuntimeWork, SoakCell, TopologyCell, TopologyRun,
+    TopologyWork,
+};
 use crate::soak::{size_measure, Spread, FLATNESS_LIMIT, SIZE_GROWTH_LIMIT};
 use crate::stats::{ms, rate};
 
@@ -32,6 +35,18 @@ pub fn render(r: &Report, chart: &str) -> String {
     runtime(&mut out, r, "##");
     if !r.soaks.is_empty() {
         out.push_str(&soak_section(r, crate::report::svg::SOAK_CHART, "##"));
+    }
+    match (&r.topology, &r.topology_carried) {
+        (Some(run), _) => out.push_str(&topology_section(run, "##")),
+        (None, Some(carried)) => {
+            let _ = writeln!(
+                out,
+                "{}
+",
+                carried.trim_end()
+            );
+        }
+        (None, None) => {}
     }
     if !r.notes.trim().is_empty() {
         let _ = writeln!(out, "{}\n", r.notes.trim());
@@ -625,6 +640,193 @@ fn soak_rows(out: &mut String, c: &SoakCell) {
     }
 }
 
+/// First line of the page's topology section (issue 39's rows).
+pub const TOPOLOGY_BEGIN: &str =
+    "<!-- topology rows: begin (written by `report`; `report --topology-only` rewrites them) -->";
+/// Last line of the page's topology section.
+pub const TOPOLOGY_END: &str = "<!-- topology rows: end -->";
+
+/// The topology section of `page` (from [`TOPOLOGY_BEGIN`] to [`TOPOLOGY_END`], both
+/// included), if it has one.
+pub fn topology_of(page: &str) -> Option<String> {
+    let begin = page.find(TOPOLOGY_BEGIN)?;
+    let end = page[begin..].find(TOPOLOGY_END)? + begin + TOPOLOGY_END.len();
+    Some(page[begin..end].to_owned())
+}
+
+/// `page` with its topology section replaced by `section` (which carries its own markers),
+/// or, on a page without one, `section` inserted before the hand-written notes ("## Reading
+/// these numbers"), else before "## Reproduce", else at the end.
+pub fn splice_topology(page: &str, section: &str) -> String {
+    let section = section.trim_end();
+    if let Some(old) = topology_of(page) {
+        return page.replacen(&old, section, 1);
+    }
+    let at = ["\n## Reading these numbers", "\n## Reproduce"]
+        .iter()
+        .find_map(|h| page.find(h).map(|i| i + 1));
+    match at {
+        Some(i) => format!("{}{section}\n\n{}", &page[..i], &page[i..]),
+        None => format!("{}\n\n{section}\n", page.trim_end()),
+    }
+}
+
+fn topology_work(work: TopologyWork, handles: usize) -> String {
+    match work {
+        TopologyWork::Claim(spec) => format!("claim+ack {}", spec.label()),
+        TopologyWork::Drain(spec, n) => {
+            let runtimes =
+                if handles > 1 { format!("{handles} runtimes × ") } else { String::new() };
+            format!("runtime drain of {} pre-filled, {runtimes}{}", rate(n as f64), spec.label())
+        }
+    }
+}
+
+fn topology_figure(c: Option<&TopologyCell>) -> String {
+    let Some(c) = c else { return "—".to_owned() };
+    let Some(median) = c.median() else {
+        return match c.failures.first() {
+            Some(e) => format!("failed: {}", one_line(e)),
+            None => "—".to_owned(),
+        };
+    };
+    let mark = if c.short { "†" } else { "" };
+    let lo = c.rates.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = c.rates.iter().copied().fold(0.0, f64::max);
+    let range =
+        if c.rates.len() > 1 { format!(" ({}–{})", rate(lo), rate(hi)) } else { String::new() };
+    let failed = match c.failures.len() {
+        0 => String::new(),
+        n => format!(", {n} round(s) failed: {}", one_line(&c.failures[0])),
+    };
+    format!("{}{mark}{range}{failed}", rate(median))
+}
+
+fn topology_ratio(top: Option<&TopologyCell>, bottom: Option<&TopologyCell>) -> String {
+    match (top.and_then(TopologyCell::median), bottom.and_then(TopologyCell::median)) {
+        (Some(t), Some(b)) if b > 0.0 => format!("{:.0} %", t / b * 100.0),
+        _ => "—".to_owned(),
+    }
+}
+
+/// The topology section of a page (headings of level `h`), between [`TOPOLOGY_BEGIN`] and
+/// [`TOPOLOGY_END`]: PgBouncer against direct and Galera against the single server, each
+/// setup's median over the rounds of the same run with its range.
+pub fn topology_section(run: &TopologyRun, h: &str) -> String {
+    use crate::topology::{Family, Setup};
+    let mut out = String::new();
+    let _ = writeln!(out, "{TOPOLOGY_BEGIN}\n");
+    let _ = writeln!(out, "{h} Beyond one server: PgBouncer and Galera\n");
+    let _ = writeln!(
+        out,
+        "Measured by `{}` on {} in {:.0} s: {} round(s) per row, the setups of a row back to \
+         back within each round, each on fresh tables; the figure is the median of the rounds, \
+         their range in brackets. Claim cells as in the claim matrix above (pre-filled backlog, \
+         warm-up, {:.2} s measured); drains as in the worker runtime table. 1-minute load \
+         average {:.2} at the start, {:.2} at the end, at most {:.2} while the rows ran (sampled \
+         every 5 s; the machine is shared with other builds): compare the figures of one row \
+         with each other, not with other runs. † = the backlog ran out before the deadline \
+         (claim) or the drain was stopped at its deadline (rate over the work done).\n",
+        run.command,
+        run.started,
+        run.wall_secs,
+        run.rounds,
+        run.cell_secs,
+        run.load.0,
+        run.load.1,
+        run.load_max
+    );
+    let bouncer = Family::PgBouncer.setups();
+    let works = run.works(bouncer);
+    if !works.is_empty() {
+        let _ = writeln!(
+            out,
+            "{h}# PostgreSQL: direct vs through PgBouncer (transaction pooling)\n\n\
+             | Work | Direct jobs/s | Through PgBouncer jobs/s | PgBouncer ÷ direct |\n\
+             |---|---:|---:|---:|"
+        );
+        for work in works {
+            let direct = run.cell(Setup::PgDirect, work);
+            let pooled = run.cell(Setup::PgBouncer, work);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                topology_work(work, 1),
+                topology_figure(direct),
+                topology_figure(pooled),
+                topology_ratio(pooled, direct)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nOne broker handle per setup, a pool of one connection per claimer (drains: the \
+             runtime's workers + 4). Through PgBouncer the handle's URL says \
+             `?pooler=transaction&listen_url=<direct URL>` (docs/scaling.md): every statement \
+             unnamed and inside an explicit transaction, no lanes; the runtime's `LISTEN` \
+             connection goes straight to the server. PgBouncer lends its server connections \
+             (`default_pool_size`, `ci/pgbouncer.sh`) per transaction; the harness's fill and \
+             counters go straight to the server.\n"
+        );
+    }
+    let galera = Family::Galera.setups();
+    let works = run.works(galera);
+    if !works.is_empty() {
+        let _ = writeln!(
+            out,
+            "{h}# MariaDB: single server vs Galera, one node vs three\n\n\
+             | Work | Single server jobs/s | Galera, every handle on node 1 | Galera, handles on \
+             nodes 1–3 | Node 1 ÷ single | 3 nodes ÷ node 1 | Retries (single / node 1 / 3 \
+             nodes) |\n|---|---:|---:|---:|---:|---:|---|"
+        );
+        for work in works {
+            let single = run.cell(Setup::MySqlSingle, work);
+            let node1 = run.cell(Setup::GaleraNode1, work);
+            let spread = run.cell(Setup::GaleraSpread, work);
+            let retries = match work {
+                TopologyWork::Claim(_) => [single, node1, spread]
+                    .iter()
+                    .map(|c| c.map_or("—".to_owned(), |c| c.retries.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                TopologyWork::Drain(..) => "—".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {retries} |",
+                topology_work(work, crate::topology::GALERA_HANDLES),
+                topology_figure(single),
+                topology_figure(node1),
+                topology_figure(spread),
+                topology_ratio(node1, single),
+                topology_ratio(spread, node1)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nEvery setup runs {n} broker handles on one table prefix (claimer `c` on handle \
+             `c % {n}`; a drain runs one runtime per handle, as {n} worker processes would), so \
+             the three differ only in where the handles connect: all on the single server, all \
+             on node 1 of the 3-node cluster (each commit still certified and replicated to the \
+             other two), or handle `i` on node `i mod 3`. On Galera the backend sets \
+             `wsrep_sync_wait = 7` per session and retries certification conflicts \
+             (docs/scaling.md); retries are summed over the measured passes of the rounds.\n",
+            n = crate::topology::GALERA_HANDLES
+        );
+    }
+    for (setup, settings) in &run.settings {
+        let list: Vec<String> = settings.iter().map(|(k, v)| format!("`{k}` = {v}")).collect();
+        let _ = writeln!(out, "- **{}** ({setup}): {}", setup.label(), list.join(", "));
+    }
+    for s in &run.skipped {
+        let _ = writeln!(out, "- {s}");
+    }
+    if !run.settings.is_empty() || !run.skipped.is_empty() {
+        let _ = writeln!(out);
+    }
+    let _ = writeln!(out, "{TOPOLOGY_END}\n");
+    out
+}
+
 fn reproduce(out: &mut String) {
     let _ = writeln!(
         out,
@@ -637,6 +839,8 @@ fn reproduce(out: &mut String) {
          cargo bench -p benches -- --test                                    # each bench once (CI)\n\
          cargo run -p benches --release --bin report -- --cell postgres,1,16,1  # one cell, to profile\n\
          cargo run -p benches --release --bin report -- --soak-only --soak-secs 60  # the soak alone\n\
+         . ci/services.sh   # PgBouncer on 6432, the Galera cluster on 3307-3309\n\
+         cargo run -p benches --release --bin report -- --topology-only     # PgBouncer and Galera rows alone\n\
          ```\n\n\
          Backends whose URL is unset are skipped with a message. `report --help` lists the \
          options (cell length, backends, output directory). The report writes \
@@ -767,6 +971,76 @@ pub(crate) mod tests {
         ));
         let without = render(&Report::default(), "performance.svg");
         assert!(!without.contains("pgbench"), "no PostgreSQL cells, no pgbench table or target");
+    }
+
+    /// A fixed topology run: PgBouncer and Galera rows, a failed round, a short drain.
+    pub(crate) fn topology_run() -> TopologyRun {
+        use crate::runtime::RtSpec;
+        use crate::topology::Setup;
+        let c16b1 = TopologyWork::Claim(Spec { queues: 1, claimers: 16, batch: 1 });
+        let c4b100 = TopologyWork::Claim(Spec { queues: 1, claimers: 4, batch: 100 });
+        let drain = TopologyWork::Drain(RtSpec { workers: 16, completer: true }, 20_000);
+        let cell = |setup, work, rates: &[f64], retries, short| TopologyCell {
+            setup,
+            work,
+            rates: rates.to_vec(),
+            failures: Vec::new(),
+            retries,
+            short,
+        };
+        let mut failed = cell(Setup::GaleraSpread, drain, &[], 0, false);
+        failed.failures.push("pool timed out\nwhile waiting".to_owned());
+        TopologyRun {
+            command: "report --topology-only".to_owned(),
+            started: "2026-12-08 01:00 UTC".to_owned(),
+            wall_secs: 600.4,
+            load: (2.5, 3.25),
+            load_max: 4.0,
+            rounds: 3,
+            cell_secs: 1.25,
+            cells: vec![
+                cell(Setup::PgDirect, c16b1, &[4_000.0, 3_800.0, 4_200.0], 0, false),
+                cell(Setup::PgBouncer, c16b1, &[1_000.0, 1_100.0, 900.0], 0, false),
+                cell(Setup::PgDirect, drain, &[30_000.0, 31_000.0, 29_000.0], 0, false),
+                cell(Setup::PgBouncer, drain, &[10_000.0, 12_000.0, 11_000.0], 0, true),
+                cell(Setup::MySqlSingle, c4b100, &[14_000.0, 15_000.0, 13_000.0], 1, false),
+                cell(Setup::GaleraNode1, c4b100, &[7_000.0, 6_000.0, 8_000.0], 4, false),
+                cell(Setup::GaleraSpread, c4b100, &[3_500.0, 3_000.0, 4_000.0], 120, false),
+                cell(Setup::MySqlSingle, drain, &[9_000.0], 0, false),
+                cell(Setup::GaleraNode1, drain, &[4_000.0], 0, true),
+                failed,
+            ],
+            skipped: Vec::new(),
+            settings: vec![(
+                Setup::GaleraNode1,
+                vec![("wsrep_cluster_size".to_owned(), "3".to_owned())],
+            )],
+        }
+    }
+
+    #[test]
+    fn the_topology_section_sets_each_setup_beside_the_single_server() {
+        insta::assert_snapshot!(topology_section(&topology_run(), "##"));
+    }
+
+    #[test]
+    fn a_topology_run_replaces_the_section_and_the_full_page_carries_it() {
+        let section = topology_section(&topology_run(), "##");
+        let page = "# p\n\n## Soak\n\ntext\n\n## Reading these numbers\n\nnotes\n";
+        let once = splice_topology(page, &section);
+        assert!(once.contains(&format!("text\n\n{TOPOLOGY_BEGIN}")), "{once}");
+        assert!(once.contains(&format!("{TOPOLOGY_END}\n\n## Reading these numbers")), "{once}");
+        assert_eq!(splice_topology(&once, &section), once, "splicing twice changes nothing");
+        let mut skipped =
+            TopologyRun { skipped: vec!["Galera rows skipped".to_owned()], ..topology_run() };
+        skipped.cells.clear();
+        let other = topology_section(&skipped, "##");
+        let twice = splice_topology(&once, &other);
+        assert!(twice.contains("- Galera rows skipped") && !twice.contains("| claim+ack"));
+        assert_eq!(topology_of(&twice).as_deref(), Some(other.trim_end()));
+        let carried = Report { topology_carried: topology_of(&once), ..Report::default() };
+        assert!(render(&carried, "performance.svg").contains(section.trim_end()));
+        assert_eq!(splice_topology("# bare", &other), format!("# bare\n\n{}\n", other.trim_end()));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::produce::Producers;
 use crate::runtime::{RtOutcome, RtSpec};
 use crate::soak::{Sample, SoakSpec, Summary};
 use crate::stats::Percentiles;
+use crate::topology::Setup;
 
 /// One measured claim+ack run (broker or raw).
 #[derive(Clone, Debug, Default)]
@@ -213,6 +214,94 @@ impl SoakCell {
     }
 }
 
+/// What a topology row measures (issue 39).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TopologyWork {
+    /// Claim+ack of a pre-filled backlog (the claim matrix's cell; claimer `c` on handle
+    /// `c % handles`).
+    Claim(Spec),
+    /// The worker runtime draining a pre-filled backlog of this many tasks, one runtime of the
+    /// spec per handle.
+    Drain(RtSpec, u64),
+}
+
+/// One topology row's figure on one setup, over the run's rounds.
+#[derive(Clone, Debug)]
+pub struct TopologyCell {
+    /// Where the handles connected.
+    pub setup: Setup,
+    /// What ran.
+    pub work: TopologyWork,
+    /// Jobs per second of each round that ran.
+    pub rates: Vec<f64>,
+    /// Why rounds failed.
+    pub failures: Vec<String>,
+    /// Transactions the engines retried (deadlocks, lock timeouts, Galera certification
+    /// conflicts), summed over the measured passes of the rounds (claim rows).
+    pub retries: u64,
+    /// A round ran out of backlog before the deadline (claim rows) or was stopped at its
+    /// deadline before the backlog was empty (drains).
+    pub short: bool,
+}
+
+impl TopologyCell {
+    /// The median rate of the rounds, if any ran.
+    pub fn median(&self) -> Option<f64> {
+        let mut v = self.rates.clone();
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(v[n / 2]),
+            n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+        }
+    }
+}
+
+/// The topology rows of one run (`report --topology-only`, or the full report): PgBouncer
+/// against direct, Galera node 1 and Galera spread against the single server, every setup
+/// of a row measured in the same run, round by round.
+#[derive(Clone, Debug, Default)]
+pub struct TopologyRun {
+    /// The command that measured them (`report --topology-only`, or `report`).
+    pub command: String,
+    /// When the rows started (UTC).
+    pub started: String,
+    /// Seconds the rows took.
+    pub wall_secs: f64,
+    /// 1-minute load average before and after the rows.
+    pub load: (f64, f64),
+    /// The highest 1-minute load average sampled while the rows ran (every 5 s).
+    pub load_max: f64,
+    /// Rounds per row (the setups of a row alternate within each round).
+    pub rounds: usize,
+    /// Seconds each claim cell was measured.
+    pub cell_secs: f64,
+    /// The cells.
+    pub cells: Vec<TopologyCell>,
+    /// Families that did not run, and why.
+    pub skipped: Vec<String>,
+    /// The servers' settings, per setup that ran (read through the harness's pool).
+    pub settings: Vec<(Setup, Vec<(String, String)>)>,
+}
+
+impl TopologyRun {
+    /// The cell of `work` on `setup`.
+    pub fn cell(&self, setup: Setup, work: TopologyWork) -> Option<&TopologyCell> {
+        self.cells.iter().find(|c| c.setup == setup && c.work == work)
+    }
+
+    /// The rows of `setups` (each work once, in the order first measured).
+    pub fn works(&self, setups: &[Setup]) -> Vec<TopologyWork> {
+        let mut out = Vec::new();
+        for c in self.cells.iter().filter(|c| setups.contains(&c.setup)) {
+            if !out.contains(&c.work) {
+                out.push(c.work);
+            }
+        }
+        out
+    }
+}
+
 /// A database's settings as read from it.
 #[derive(Clone, Debug)]
 pub struct Database {
@@ -261,4 +350,10 @@ pub struct Report {
     pub soaks: Vec<SoakCell>,
     /// Hand-written findings appended to the page (`benches/report-notes.md`).
     pub notes: String,
+    /// The topology rows (issue 39), when they ran.
+    pub topology: Option<TopologyRun>,
+    /// The topology section of the page this run replaces, kept when the run measured no
+    /// topology rows (they need PgBouncer and the Galera cluster; `report --topology-only`
+    /// re-measures them alone).
+    pub topology_carried: Option<String>,
 }

@@ -13,6 +13,7 @@ use benches::Result;
 
 mod plan;
 mod run;
+mod topology;
 
 use plan::Plan;
 
@@ -42,7 +43,16 @@ OPTIONS:
                        alternating, --rounds times (PostgreSQL one-queue cells also with
                        pgbench's raw ceiling when pgbench is installed); prints each run and
                        the median ratios
-  --rounds <N>         rounds of --pairs (default 3)
+  --rounds <N>         rounds of --pairs (default 3) and of the topology rows (default 3;
+                       --quick: 1)
+  --topology-only      only the topology rows (issue 39): claim cells and runtime drains on
+                       PostgreSQL direct and through PgBouncer (TASKGATE_PGBOUNCER_URL,
+                       `?pooler=transaction`), and on the MariaDB single server, Galera node 1
+                       and Galera nodes 1-3 (TASKGATE_GALERA_URLS), each row's setups in the
+                       same run; writes topology.md in the output directory and replaces the
+                       topology section of docs/performance.md (not with --no-docs or --quick).
+                       A family whose servers are not there is skipped with a loud message; the
+                       run fails if a row that ran failed in every round
   --long               the long mode: each backend's soak runs 30 minutes instead of 5
   --soak-secs <S>      seconds each backend's soak runs (default 300; --quick: 5)
   --soak-rate <R>      jobs per second the soak's producer enqueues (default 500)
@@ -55,7 +65,9 @@ OPTIONS:
                        of reports before issue 13's fair comparison; for comparing with them)
   -h, --help           this text
 
-PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_URL is set.
+PostgreSQL runs when TASKGATE_PG_URL is set, MySQL/MariaDB when TASKGATE_MYSQL_URL is set; the
+full report adds the topology rows whose servers are there (`. ci/services.sh` starts them) and
+otherwise keeps the topology section of the docs/performance.md it replaces.
 Before each backend (not for --cell and --pairs) the report lets earlier writes land: a
 PostgreSQL CHECKPOINT, then sync.";
 
@@ -64,7 +76,7 @@ struct Args {
     plan: Plan,
     cell: Option<(Backend, benches::drive::Spec, bool)>,
     pairs: Option<Vec<(Backend, benches::drive::Spec)>>,
-    rounds: usize,
+    rounds: Option<usize>,
     backends: Option<Vec<Backend>>,
     out: PathBuf,
     docs: bool,
@@ -73,6 +85,7 @@ struct Args {
     pickups_only: bool,
     pipelines_only: bool,
     soak_only: bool,
+    topology_only: bool,
 }
 
 fn workspace_root() -> PathBuf {
@@ -91,7 +104,7 @@ fn parse_args() -> Result<Option<Args>> {
         plan: Plan::full(),
         cell: None,
         pairs: None,
-        rounds: 3,
+        rounds: None,
         backends: None,
         out: default_out(),
         docs: true,
@@ -100,6 +113,7 @@ fn parse_args() -> Result<Option<Args>> {
         pickups_only: false,
         pipelines_only: false,
         soak_only: false,
+        topology_only: false,
     };
     let mut soak = None;
     let mut it = std::env::args().skip(1).peekable();
@@ -146,7 +160,8 @@ fn parse_args() -> Result<Option<Args>> {
                 args.docs = false;
             }
             "--cell" => args.cell = Some(parse_cell(&value("--cell")?)?),
-            "--rounds" => args.rounds = value("--rounds")?.parse()?,
+            "--rounds" => args.rounds = Some(value("--rounds")?.parse()?),
+            "--topology-only" => args.topology_only = true,
             "--raw-ids-only" => benches::raw::set_ids_only(true),
             "--pairs" => {
                 let list = match it.next_if(|next| !next.starts_with("--")) {
@@ -224,7 +239,13 @@ async fn report(args: Args) -> Result<()> {
         return run::single(&env, backend, &args.plan, spec, raw).await;
     }
     if let Some(cells) = &args.pairs {
-        return run::pairs(&env, &args.plan, cells, args.rounds).await;
+        return run::pairs(&env, &args.plan, cells, args.rounds.unwrap_or(3)).await;
+    }
+    let topology_rounds = args.rounds.unwrap_or(args.plan.topology_rounds);
+    if args.topology_only {
+        let command = "cargo run -p benches --release --bin report -- --topology-only";
+        let run = topology::topology(&env, &args.plan, topology_rounds, command).await;
+        return write_topology(&run, &args);
     }
     let started = Instant::now();
     let fsync_start = fsync_probe().await;
@@ -255,6 +276,22 @@ async fn report(args: Args) -> Result<()> {
             run::backend(&env, backend, &args.plan, &mut report).await;
         }
     }
+    let some_only = args.soak_only || args.pickups_only || args.runtime_only || args.pipelines_only;
+    let families = benches::topology::Family::ALL;
+    if !some_only && families.iter().any(|f| f.skip_reason(&env).is_none()) {
+        let command = "cargo run -p benches --release --bin report";
+        report.topology =
+            Some(topology::topology(&env, &args.plan, topology_rounds, command).await);
+    } else if !some_only {
+        for why in families.iter().filter_map(|f| f.skip_reason(&env)) {
+            eprintln!("report: ==== SKIPPED: {why}");
+        }
+        let page = std::fs::read_to_string(workspace_root().join("docs/performance.md"));
+        report.topology_carried = page.ok().and_then(|p| markdown::topology_of(&p));
+        if report.topology_carried.is_some() {
+            eprintln!("report: keeping the topology section of docs/performance.md");
+        }
+    }
     report.load = (load_start, benches::facts::load_average());
     report.fsync = (fsync_start, fsync_probe().await);
     report.wall_secs = started.elapsed().as_secs_f64();
@@ -268,6 +305,38 @@ async fn fsync_probe() -> Option<benches::stats::Percentiles> {
         Ok(Ok(s)) => Some(benches::stats::percentiles(&s)),
         _ => None,
     }
+}
+
+/// `--topology-only`: `topology.md` in the output directory, the section spliced into
+/// docs/performance.md (unless `--no-docs` / `--quick`), the section printed; an error when a
+/// row that ran failed in every round.
+fn write_topology(run: &benches::report::TopologyRun, args: &Args) -> Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    let section = markdown::topology_section(run, "##");
+    std::fs::write(args.out.join("topology.md"), &section)?;
+    eprintln!("report: wrote {}", args.out.join("topology.md").display());
+    if args.docs {
+        let path = workspace_root().join("docs/performance.md");
+        let page = std::fs::read_to_string(&path)?;
+        std::fs::write(&path, markdown::splice_topology(&page, &section))?;
+        eprintln!("report: replaced the topology section of {}", path.display());
+    }
+    print!("{section}");
+    let failed: Vec<String> = run
+        .cells
+        .iter()
+        .filter(|c| c.rates.is_empty())
+        .map(|c| format!("{} {:?}: {}", c.setup, c.work, c.failures.first().map_or("", |e| e)))
+        .collect();
+    if !failed.is_empty() {
+        return Err(format!(
+            "{} topology row(s) failed in every round:\n  {}",
+            failed.len(),
+            failed.join("\n  ")
+        )
+        .into());
+    }
+    Ok(())
 }
 
 fn write(report: &Report, args: &Args) -> Result<()> {

@@ -3,6 +3,8 @@
 use std::time::Duration;
 
 use benches::backend::Backend;
+use benches::drive::Spec;
+use benches::runtime::RtSpec;
 
 /// The report's matrix.
 pub(crate) struct Plan {
@@ -33,6 +35,12 @@ pub(crate) struct Plan {
     pub(crate) soak: Duration,
     /// The soak's producer rate, jobs per second.
     pub(crate) soak_rate: u32,
+    /// The claim cells of the topology rows (issue 39: PgBouncer, Galera), one queue.
+    pub(crate) topology_claims: Vec<Spec>,
+    /// The runtime drains of the topology rows.
+    pub(crate) topology_drains: Vec<RtSpec>,
+    /// Rounds of the topology rows (`--rounds` overrides).
+    pub(crate) topology_rounds: usize,
 }
 
 impl Plan {
@@ -53,6 +61,19 @@ impl Plan {
             runtime_window: Duration::from_secs(3),
             soak: Self::SOAK_SHORT,
             soak_rate: benches::soak::RATE,
+            topology_claims: vec![
+                Spec { queues: 1, claimers: 4, batch: 1 },
+                Spec { queues: 1, claimers: 16, batch: 1 },
+                Spec { queues: 1, claimers: 16, batch: 10 },
+                Spec { queues: 1, claimers: 4, batch: 100 },
+                Spec { queues: 1, claimers: 16, batch: 100 },
+            ],
+            topology_drains: vec![
+                RtSpec { workers: 1, completer: true },
+                RtSpec { workers: 16, completer: true },
+                RtSpec { workers: 16, completer: false },
+            ],
+            topology_rounds: 3,
         }
     }
 
@@ -72,6 +93,12 @@ impl Plan {
             runtime_window: Duration::from_millis(500),
             soak: Duration::from_secs(5),
             soak_rate: benches::soak::RATE,
+            topology_claims: vec![
+                Spec { queues: 1, claimers: 4, batch: 1 },
+                Spec { queues: 1, claimers: 4, batch: 100 },
+            ],
+            topology_drains: vec![RtSpec { workers: 4, completer: true }],
+            topology_rounds: 1,
         }
     }
 

@@ -193,7 +193,13 @@ async fn pass(bed: &Bed, spec: Spec, per_lane: &[u64], stop: Stop, raw: bool) ->
     }
 }
 
-async fn claim_on(bed: &Bed, plan: &Plan, spec: Spec, total: u64, raw: bool) -> Result<Measured> {
+pub(crate) async fn claim_on(
+    bed: &Bed,
+    plan: &Plan,
+    spec: Spec,
+    total: u64,
+    raw: bool,
+) -> Result<Measured> {
     let warm =
         drive::split(spec, u64::try_from(spec.claimers * spec.batch * 2).unwrap_or(u64::MAX));
     let per_lane = drive::split(spec, total);
@@ -657,17 +663,28 @@ async fn runtime_drain(
     spec: RtSpec,
 ) -> Result<RtOutcome> {
     let bed = Bed::open(env, backend, sessions(spec.workers + 4)).await?;
-    let result = async {
-        let warm = u64::try_from(spec.workers * 2).unwrap_or(2);
-        fill::backlog(&bed, RT_QUEUE, warm).await?;
+    let out = drain_on(&bed, plan, spec).await;
+    let closed = bed.close().await;
+    let out = out?;
+    closed?;
+    Ok(out)
+}
+
+/// [`runtime_drain`] on an open bed, with one runtime of `spec` per handle of the bed
+/// ([`Bed::handles`]; the topology rows' handles on several servers).
+pub(crate) async fn drain_on(bed: &Bed, plan: &Plan, spec: RtSpec) -> Result<RtOutcome> {
+    let handles = bed.handles();
+    async {
+        let warm = u64::try_from(spec.workers * 2 * handles.len()).unwrap_or(2);
+        fill::backlog(bed, RT_QUEUE, warm).await?;
         let warmed =
-            benches::runtime::drain(&bed.broker, spec, warm, Duration::from_secs(30)).await?;
+            benches::runtime::drain_on(&handles, spec, warm, Duration::from_secs(30)).await?;
         if !warmed.finished {
             return Err(format!("the warm-up ran {} of {warm} tasks in 30 s", warmed.jobs).into());
         }
-        fill::backlog(&bed, RT_QUEUE, plan.runtime_backlog).await?;
+        fill::backlog(bed, RT_QUEUE, plan.runtime_backlog).await?;
         let out =
-            benches::runtime::drain(&bed.broker, spec, plan.runtime_backlog, plan.runtime_limit)
+            benches::runtime::drain_on(&handles, spec, plan.runtime_backlog, plan.runtime_limit)
                 .await?;
         if out.finished {
             let left = bed.broker.queue_len(RT_QUEUE).await?;
@@ -690,9 +707,5 @@ async fn runtime_drain(
         }
         Ok::<_, benches::BoxError>(out)
     }
-    .await;
-    let closed = bed.close().await;
-    let out = result?;
-    closed?;
-    Ok(out)
+    .await
 }
