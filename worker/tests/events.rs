@@ -270,3 +270,49 @@ async fn an_interruption_at_shutdown_is_reported_with_the_requeue() -> TestResul
     assert_eq!(broker.get(hang.as_str()).await?.status, Status::Pending, "requeued");
     Ok(())
 }
+
+/// Returns one step once the test lets it go.
+#[derive(Serialize, Deserialize)]
+struct Halfway;
+
+impl Job for Halfway {
+    const KIND: &'static str = "halfway";
+    type Output = ();
+}
+
+#[tokio::test]
+async fn a_step_refused_because_of_a_cancel_is_a_cancel_not_a_failed_write() -> TestResult {
+    let capture = Capture::default();
+    let _installed = tracing::subscriber::set_default(Registry::default().with(capture.clone()));
+    let broker: Arc<dyn Broker> = Arc::new(MemoryBroker::new());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let gated = gate.clone();
+    let runtime = Runtime::builder(broker.clone())
+        .register_steps(move |_: Halfway, _ctx| {
+            let gate = gated.clone();
+            async move {
+                let _open = gate.acquire().await;
+                Ok(taskgate_worker::Stepped::Step(taskgate::Step::default()))
+            }
+        })
+        .start()
+        .await?;
+    let id = runtime.client().submit(Halfway).await?;
+    let running = until("the step's run", || async {
+        let task = broker.get(id.as_str()).await.ok()?;
+        (task.status == Status::Running).then_some(())
+    });
+    running.await.ok_or("the task never ran")?;
+    // Cancelled in the broker (as another process would), unseen by this runtime until the
+    // step is saved: the broker saves it and cancels the task.
+    broker.cancel(id.as_str()).await?;
+    gate.add_permits(1);
+    let seen =
+        capture.wait_for("cancel requested: the step was saved and the task cancelled").await;
+    assert_eq!((seen.level, seen.field("kind")), (Level::INFO, "halfway"), "{seen:?}");
+    let task = broker.get(id.as_str()).await?;
+    assert_eq!(task.status, Status::Canceled);
+    assert!(capture.events().iter().all(|e| e.level != Level::ERROR), "no failed write");
+    runtime.shutdown(Duration::from_secs(5)).await?;
+    Ok(())
+}
