@@ -29,7 +29,7 @@ use sqlx::{Sqlite, SqliteConnection};
 use taskgate_sql::{DbError, DbResult, Kind, Row, SqlConn, Value, WriteTx};
 use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
 
-use crate::adapter::ConnRef;
+use crate::conn::ConnRef;
 
 /// The most callers one COMMIT covers.
 pub(crate) const MAX_MEMBERS: usize = 64;
