@@ -7,7 +7,7 @@
 //! server's NO PAD binary collation. Statements go to the server exactly as the engine wrote
 //! them for [`MySqlDialect`](crate::MySqlDialect).
 //!
-//! Before a connection is taken from the pool the [`ConnectGate`] is asked: an unreachable
+//! Before a connection is taken from the pool the [`Reachability`] is asked: an unreachable
 //! server is reported at once with the driver's cause ("Connection refused", a failed name
 //! lookup), not after the pool's 30 s of retrying as "pool timed out".
 //!
@@ -23,7 +23,7 @@ use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlPool};
 use sqlx::pool::PoolConnection;
 use sqlx::Connection;
 use taskgate_sql::{
-    Adapter, ConnectGate, DbResult, Kind, Row, Session, SqlConn, StatementLimit, Value, WriteTx,
+    Adapter, DbResult, Kind, Reachability, Row, Session, SqlConn, StatementLimit, Value, WriteTx,
 };
 
 use crate::codec;
@@ -40,13 +40,13 @@ const SUSPECT_FOR: Duration = Duration::from_secs(5);
 /// while, and dead ones are replaced instead of failing one call each — or when they sat idle
 /// long enough for a server or middlebox timeout.
 ///
-/// It also holds the pool's [`ConnectGate`]: a lost connection makes the next call check that
+/// It also holds the pool's [`Reachability`]: a lost connection makes the next call check that
 /// the server can be reached at all.
 #[derive(Debug)]
 pub(crate) struct Health {
     origin: Instant,
     suspect_until_ms: AtomicU64,
-    pub(crate) gate: ConnectGate,
+    pub(crate) reach: Reachability,
 }
 
 impl Health {
@@ -55,7 +55,7 @@ impl Health {
         Health {
             origin: Instant::now(),
             suspect_until_ms: AtomicU64::new(0),
-            gate: ConnectGate::new(connect_timeout),
+            reach: Reachability::new(connect_timeout),
         }
     }
 }
@@ -68,18 +68,18 @@ impl Health {
     /// Notes a failed statement; a lost connection puts the pool under suspicion.
     pub(crate) fn observe(&self, error: &sqlx::Error) {
         if is_connection_lost(error) {
-            self.gate.lost();
+            self.reach.lost();
             let until =
                 self.now_ms().saturating_add(u64::try_from(SUSPECT_FOR.as_millis()).unwrap_or(0));
             self.suspect_until_ms.fetch_max(until, Ordering::Relaxed);
         }
     }
 
-    /// Notes a statement's outcome: a success tells the gate the server answers, a failure
+    /// Notes a statement's outcome: a success tells the reachability check the server answers, a failure
     /// goes to [`Health::observe`].
     fn outcome(&self, error: Option<&sqlx::Error>) {
         match error {
-            None => self.gate.contact(),
+            None => self.reach.contact(),
             Some(e) => self.observe(e),
         }
     }
@@ -265,7 +265,7 @@ impl Drop for Conn {
 }
 
 /// Opens one connection outside the pool and sets it up as the pool would: what the
-/// [`ConnectGate`] runs to learn whether (and why not) the server can be reached.
+/// [`Reachability`] runs to learn whether (and why not) the server can be reached.
 #[derive(Clone, Debug)]
 pub(crate) struct Probe {
     pub(crate) connect: MySqlConnectOptions,
@@ -307,13 +307,13 @@ impl MySqlAdapter {
         }
     }
 
-    fn gate(&self) -> &ConnectGate {
-        &self.runner.health.gate
+    fn reach(&self) -> &Reachability {
+        &self.runner.health.reach
     }
 
-    /// A pooled connection, taken through the gate.
+    /// A pooled connection, taken through the reachability check.
     async fn acquire(&self) -> DbResult<PoolConnection<MySql>> {
-        self.gate().acquire(self.pool.acquire(), || self.probe.run()).await
+        self.reach().acquire(self.pool.acquire(), || self.probe.run()).await
     }
 
     /// A pooled connection held as a [`Conn`].
@@ -464,7 +464,7 @@ async fn begin_detached(
 impl Adapter for MySqlAdapter {
     async fn begin(&self) -> DbResult<Box<dyn WriteTx>> {
         let begin = begin_detached(&self.pool, &self.runner, &self.probe.server);
-        let begun = self.gate().acquire(begin, || self.probe.run()).await;
+        let begun = self.reach().acquire(begin, || self.probe.run()).await;
         let conn = begun.inspect_err(|e| self.runner.health.observe(e))?;
         Ok(Box::new(MySqlTx { conn }))
     }

@@ -20,7 +20,7 @@
 //!   truth; other writes report it (`taskgate_sql::CommitUnknown`). [`MySqlBroker::tx_retries`]
 //!   counts retries.
 //! * **An unreachable server** is reported at once with the driver's cause, by
-//!   [`MySqlBroker::connect`], `init` and every later call: the pool's connect gate opens a
+//!   [`MySqlBroker::connect`], `init` and every later call: the pool's reachability check opens a
 //!   connection of its own when it does not know the server is up, instead of letting the
 //!   pool retry a refused connection for 30 s and report "pool timed out". A server that
 //!   accepts the connection and never answers is given up after the connect timeout

@@ -177,7 +177,7 @@ impl MySqlOptions {
         self
     }
 
-    /// The probe the connect gate runs: one connection outside the pool, set up as the pool
+    /// The probe the reachability check runs: one connection outside the pool, set up as the pool
     /// sets up its own.
     pub(crate) fn probe(&self, server: Arc<ServerInfo>) -> Probe {
         Probe { connect: self.connect.clone(), lock_wait: self.lock_wait_timeout_secs, server }

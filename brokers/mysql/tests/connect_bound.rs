@@ -1,15 +1,15 @@
 //! How long connecting may take (issue 38): a refused connection is reported at once with its
 //! cause by `connect` and by `init` after `connect_lazy`, and `close` does not wait; a
 //! server that accepts TCP and never answers is given up after the configured connect timeout
-//! by both, with an error that names that timeout (`taskgate_sql::cutproxy::check_connect_bounds`,
+//! by both, with an error that names that timeout (`sqltest::cutproxy::check_connect_bounds`,
 //! on real sockets).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqltest::cutproxy::{self, Connectors};
 use taskgate::{BoxError, BoxFuture, Broker};
 use taskgate_mysql::MySqlOptions;
-use taskgate_sql::cutproxy::{self, Connectors};
 
 fn options(url: &str, timeout: Option<Duration>) -> taskgate::Result<MySqlOptions> {
     let options = MySqlOptions::from_url(url)?;

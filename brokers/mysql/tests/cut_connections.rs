@@ -1,5 +1,5 @@
 //! Connections that fail the broker, through a TCP proxy in front of the test server
-//! (`taskgate_sql::cutproxy`): a COMMIT cut before it reached the server or after the server
+//! (`sqltest::cutproxy`): a COMMIT cut before it reached the server or after the server
 //! applied it (enqueue, enqueue_many and ack return the truth, nothing doubled or lost), a
 //! server that stays unreachable after a lost COMMIT (the repeated call resolves it without a
 //! duplicate), and an unreachable server (a closed port, a name that does not resolve, a
@@ -10,10 +10,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqltest::cutproxy::{self, CutProxy};
 use taskgate::{BoxError, Broker, BrokerOptions, ErrorKind};
 use taskgate_mysql::testing::MySqlStorage;
 use taskgate_mysql::{MySqlBroker, MySqlOptions};
-use taskgate_sql::cutproxy::{self, CutProxy};
 
 /// A handle on `storage` whose connections go through a new proxy, and that proxy.
 async fn through_proxy(storage: &MySqlStorage) -> Result<(Arc<MySqlBroker>, CutProxy), BoxError> {

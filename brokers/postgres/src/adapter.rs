@@ -7,7 +7,7 @@
 //! per statement; at batch 1 a claim and its ack are one statement each (taskgate_sql's
 //! `lanes` module, benches/report-notes.md finding 29).
 //!
-//! Before a connection is taken from the pool the [`ConnectGate`] is asked: an unreachable
+//! Before a connection is taken from the pool the [`Reachability`] is asked: an unreachable
 //! server is reported at once with the driver's cause ("Connection refused", a failed name
 //! lookup), not after the pool's 30 s of retrying as "pool timed out".
 //!
@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
 use taskgate_sql::{
-    Adapter, ConnectGate, DbError, DbResult, Kind, Lanes, Row, Session, SqlConn, Value, WriteTx,
+    Adapter, DbError, DbResult, Kind, Lanes, Reachability, Row, Session, SqlConn, Value, WriteTx,
 };
 
 use crate::conn::{execute, fetch, PgSession};
@@ -64,8 +64,8 @@ pub(crate) struct PgAdapter {
     pub(crate) reconnect_attempts: u32,
     /// Whether the server was reachable lately; probes with one connection of its own when
     /// it does not know.
-    pub(crate) gate: ConnectGate,
-    /// The pool's connect options, for the gate's probe.
+    pub(crate) reach: Reachability,
+    /// The pool's connect options, for the reachability probe.
     pub(crate) probe: PgConnectOptions,
     /// Behind a transaction pooler: how transactions open; `None` without one.
     pub(crate) pooled: Option<Pooled>,
@@ -83,16 +83,16 @@ pub(crate) struct Pooled {
 
 impl PgAdapter {
     /// Whether a first statement that failed with `e` on attempt `attempt` is tried again on a
-    /// fresh connection: only after a lost connection, and not once the gate's probe failed
+    /// fresh connection: only after a lost connection, and not once the reachability probe failed
     /// since the attempt began (`probes` before it) — the server cannot be reached, and each
     /// further attempt would wait for another probe.
     fn worth_another(&self, e: &DbError, attempt: u32, probes: u64) -> bool {
         is_connection_lost(e)
             && attempt < self.reconnect_attempts
-            && self.gate.failed_probes() == probes
+            && self.reach.failed_probes() == probes
     }
 
-    /// The gate's probe: one connection outside the pool, closed at once.
+    /// The reachability probe: one connection outside the pool, closed at once.
     async fn probe(&self) -> DbResult<()> {
         PgConnection::connect_with(&self.probe).await?.close().await
     }
@@ -110,7 +110,7 @@ impl PgAdapter {
         kinds: &[Kind],
         left: Option<&(dyn Fn() -> bool + Send + Sync)>,
     ) -> DbResult<Option<Vec<Row>>> {
-        let mut lane = self.gate.acquire(self.lanes.take(), || self.probe()).await?;
+        let mut lane = self.reach.acquire(self.lanes.take(), || self.probe()).await?;
         if left.is_some_and(|left| left()) {
             lane.keep();
             return Ok(None);
@@ -118,10 +118,10 @@ impl PgAdapter {
         let rows = fetch(lane.conn(), sql, args, kinds, true).await;
         match &rows {
             Ok(_) => {
-                self.gate.contact();
+                self.reach.contact();
                 lane.keep();
             }
-            Err(e) if is_connection_lost(e) => self.gate.lost(),
+            Err(e) if is_connection_lost(e) => self.reach.lost(),
             Err(e) if answered(e) => lane.keep(),
             Err(_) => {}
         }
@@ -137,9 +137,9 @@ impl PgAdapter {
             attempt += 1;
             // Waiting for a pooled connection, it takes an idle lane's back.
             let _wanting = self.lanes.wanting();
-            let probes = self.gate.failed_probes();
+            let probes = self.reach.failed_probes();
             let begin = begin_detached(&self.pool, self.begin_sql(), self.pooled.is_some());
-            match self.gate.acquire(begin, || self.probe()).await {
+            match self.reach.acquire(begin, || self.probe()).await {
                 Err(e) if self.worth_another(&e, attempt, probes) => {}
                 other => return other,
             }
@@ -175,8 +175,8 @@ impl PgAdapter {
         }
         .await;
         match &out {
-            Ok(_) => self.gate.contact(),
-            Err(e) if is_connection_lost(e) => self.gate.lost(),
+            Ok(_) => self.reach.contact(),
+            Err(e) if is_connection_lost(e) => self.reach.lost(),
             Err(_) => {}
         }
         let rows = out?;
@@ -232,7 +232,7 @@ impl Adapter for PgAdapter {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let probes = self.gate.failed_probes();
+            let probes = self.reach.failed_probes();
             let rows = match self.pooled {
                 Some(_) => self.in_own_tx(sql, args, kinds, None).await,
                 None => self.on_lane(sql, args, kinds, None).await,
@@ -274,7 +274,7 @@ impl Adapter for PgAdapter {
     }
 
     async fn session(&self) -> DbResult<Box<dyn Session>> {
-        let conn = self.gate.within(PgConnection::connect_with(&self.connect)).await?;
+        let conn = self.reach.within(PgConnection::connect_with(&self.connect)).await?;
         let pooled = self.pooled.as_ref().map(|p| p.session_begin.clone());
         Ok(Box::new(PgSession::new(conn, pooled)))
     }

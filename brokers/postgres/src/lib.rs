@@ -15,7 +15,7 @@
 //!   return the truth; other writes report it (`taskgate_sql::CommitUnknown`).
 //!   [`PgBroker::tx_retries`] counts the retries.
 //! * **An unreachable server** is reported at once with the driver's cause (by `connect`,
-//!   `init`, and every later call: the pool's connect gate opens a connection of its own when
+//!   `init`, and every later call: the pool's reachability check opens a connection of its own when
 //!   it does not know the server is up, instead of letting the pool retry for its acquire
 //!   timeout). A server that accepts the connection and never answers is given up after the
 //!   connect timeout ([`PgOptions::connect_timeout`], 10 s by default, `?connect_timeout=N` in
@@ -198,7 +198,7 @@ impl PgBroker {
             connect: connect.clone().application_name(&format!("{app}:migrate")),
             notifier: Notifier::spawn(pool.clone(), &channel, &tag),
             reconnect_attempts: options.pool_size.saturating_add(2),
-            gate: taskgate_sql::ConnectGate::new(options.connect_timeout),
+            reach: taskgate_sql::Reachability::new(options.connect_timeout),
             probe: connect.application_name(&format!("{app}:probe")),
             pooled,
         };

@@ -5,9 +5,9 @@
 mod common;
 
 use brokertest::{within, TEST_LIMIT};
+use sqltest::cutproxy;
 use taskgate::{Broker, Error, ErrorKind, ManualClock, Task};
 use taskgate_postgres::{PgBroker, PgOptions};
-use taskgate_sql::cutproxy;
 
 /// A URL nothing listens on: any I/O would fail with a backend error, not `InvalidInput`.
 const DEAD: &str = "postgres://postgres@127.0.0.1:1/test";

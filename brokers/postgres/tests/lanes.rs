@@ -11,10 +11,11 @@ mod common;
 use std::time::Duration;
 
 use brokertest::Storage as _;
+use sqltest::cutproxy;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Postgres};
 use taskgate::{BoxError, Broker, ManualClock, Task};
-use taskgate_sql::{cutproxy, Lanes};
+use taskgate_sql::Lanes;
 
 const APP: &str = "taskgate-lanes-test";
 

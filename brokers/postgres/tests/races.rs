@@ -7,15 +7,14 @@
 //! finds the cycle is its victim: B checks after [`B_DEADLOCK_TIMEOUT`], long after the writer
 //! closes the cycle, and the writer only after [`WRITER_DEADLOCK_TIMEOUT`], so B is the victim.
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use std::time::Duration;
 
-use brokertest::races::{CommitHook, ForeignWriter, RacePair, RaceRig};
+use async_trait::async_trait;
+use brokertest::races::{RacePair, RaceRig};
 use brokertest::{within, Storage as _, WAIT_LIMIT};
-use sqlx::{Connection as _, Executor as _, PgConnection};
-use taskgate::{BoxError, Broker, BrokerOptions};
+use sqltest::races::{SqlRacePair, SqlRaceStorage};
+use sqlx::{Executor as _, PgConnection, Postgres};
+use taskgate::{BoxError, BrokerOptions};
 use taskgate_postgres::testing::{PgFactory, PgStorage};
 use taskgate_postgres::PgBroker;
 
@@ -25,12 +24,6 @@ struct Pg;
 const B_DEADLOCK_TIMEOUT: Duration = Duration::from_secs(4);
 /// The other writer's `deadlock_timeout`: it must never be the one that finds the cycle.
 const WRITER_DEADLOCK_TIMEOUT: &str = "60s";
-
-struct PgPair {
-    storage: PgStorage,
-    a: PgBroker,
-    b: PgBroker,
-}
 
 #[async_trait]
 impl RaceRig for Pg {
@@ -42,83 +35,45 @@ impl RaceRig for Pg {
             .options()?
             .tune_connect(move |c| c.options([("deadlock_timeout", b_timeout.as_str())]));
         let b = within(WAIT_LIMIT, "handle B", b_options.connect()).await?;
-        within(WAIT_LIMIT, "init of A", a.init(options.clone())).await?;
-        within(WAIT_LIMIT, "init of B", b.init(options)).await?;
-        Ok(Box::new(PgPair { storage, a, b }))
+        let a = (a.clone(), a.engine().clone());
+        SqlRacePair::init(PgRace(storage), a, b, options).await
     }
 }
+
+/// What is PostgreSQL's own in the race pair.
+struct PgRace(PgStorage);
 
 #[async_trait]
-impl RacePair for PgPair {
-    fn a(&self) -> Arc<dyn Broker> {
-        Arc::new(self.a.clone())
+impl SqlRaceStorage for PgRace {
+    type Broker = PgBroker;
+    type Db = Postgres;
+
+    /// B waiting for a lock is seen in `pg_stat_activity`, by its application name.
+    async fn b_waits(&self, b: &PgBroker) -> Result<bool, BoxError> {
+        let mut conn = self.0.admin().await?;
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+             AND wait_event_type = 'Lock'",
+        )
+        .bind(b.application_name())
+        .fetch_one(&mut conn)
+        .await?;
+        Ok(waiting > 0)
     }
 
-    fn b(&self) -> Arc<dyn Broker> {
-        Arc::new(self.b.clone())
+    async fn cleanup(&self) -> Result<(), BoxError> {
+        self.0.cleanup().await
     }
 
-    fn set_a_hook(&self, hook: Option<CommitHook>) {
-        self.a.engine().set_before_commit_hook(hook);
+    async fn writer_connection(&self) -> Result<PgConnection, BoxError> {
+        let mut conn = self.0.admin().await?;
+        conn.execute(&*format!("SET deadlock_timeout = '{WRITER_DEADLOCK_TIMEOUT}'")).await?;
+        Ok(conn)
     }
 
-    async fn b_waits(&self) -> Option<bool> {
-        let look = async {
-            let mut conn = self.storage.admin().await?;
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
-                 AND wait_event_type = 'Lock'",
-            )
-            .bind(self.b.application_name())
-            .fetch_one(&mut conn)
-            .await?;
-            Ok::<_, BoxError>(waiting > 0)
-        };
-        match within(WAIT_LIMIT, "pg_stat_activity", look).await {
-            Ok(waiting) => Some(waiting),
-            Err(e) => panic!("cannot read B's lock waits: {e}"),
-        }
-    }
-
-    async fn finish(self: Box<Self>) -> Result<(), BoxError> {
-        within(WAIT_LIMIT, "close of A", self.a.close()).await?;
-        within(WAIT_LIMIT, "close of B", self.b.close()).await?;
-        within(WAIT_LIMIT, "the storage's cleanup", self.storage.cleanup()).await
-    }
-
-    async fn foreign_writer(&self) -> Option<Result<Box<dyn ForeignWriter>, BoxError>> {
-        let open = async {
-            let mut conn = self.storage.admin().await?;
-            conn.execute(&*format!("SET deadlock_timeout = '{WRITER_DEADLOCK_TIMEOUT}'")).await?;
-            conn.execute("BEGIN").await?;
-            let tasks = format!("{}tasks", self.storage.prefix());
-            Ok::<_, BoxError>(Box::new(PgWriter { conn, tasks }) as Box<dyn ForeignWriter>)
-        };
-        Some(within(WAIT_LIMIT, "the other writer's transaction", open).await)
-    }
-}
-
-/// The deadlock race's other writer: a plain transaction on its own connection.
-struct PgWriter {
-    conn: PgConnection,
-    tasks: String,
-}
-
-#[async_trait]
-impl ForeignWriter for PgWriter {
-    async fn lock(&mut self, id: &str) -> Result<(), BoxError> {
-        let sql = format!(
-            "UPDATE {} SET last_error = 'held by another writer' WHERE id = $1",
-            self.tasks
-        );
-        sqlx::query(&sql).bind(id).execute(&mut self.conn).await?;
-        Ok(())
-    }
-
-    async fn rollback(mut self: Box<Self>) -> Result<(), BoxError> {
-        self.conn.execute("ROLLBACK").await?;
-        self.conn.close().await?;
-        Ok(())
+    fn writer_lock_sql(&self) -> String {
+        let tasks = format!("{}tasks", self.0.prefix());
+        format!("UPDATE {tasks} SET last_error = 'held by another writer' WHERE id = $1")
     }
 }
 

@@ -9,7 +9,7 @@
 
 use async_trait::async_trait;
 
-use crate::{Kind, Row, Value};
+use crate::value::{Kind, Row, Value};
 
 /// The driver's error. Every taskgate SQL backend uses sqlx, so the engine classifies
 /// `sqlx::Error` through the [`Dialect`](crate::Dialect) (structured codes, never message text).
@@ -17,6 +17,19 @@ pub type DbError = sqlx::Error;
 
 /// Shorthand for a driver result.
 pub type DbResult<T> = Result<T, DbError>;
+
+impl Value {
+    /// For adapters whose dialect has no array parameters: an encode error naming `backend`
+    /// when `args` hold an array (the engine never sends one there).
+    pub fn refuse_arrays(backend: &str, args: &[Value]) -> DbResult<()> {
+        match args.iter().any(Value::is_array) {
+            false => Ok(()),
+            true => {
+                Err(DbError::Encode(format!("{backend} statements take no array arguments").into()))
+            }
+        }
+    }
+}
 
 /// A connection the engine can run statements on: inside a write transaction, a caller's
 /// transaction (`enqueue_in`), or a migration session.
@@ -201,4 +214,21 @@ pub trait Adapter: Send + Sync + 'static {
 
     /// Closes the pools. Called once by the broker's `close`.
     async fn close(&self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrays_are_refused_by_name_where_the_dialect_has_none() {
+        let plain = [Value::Int(1), Value::Text("a".into()), Value::Null(Kind::Bytes)];
+        assert!(Value::refuse_arrays("sqlite", &plain).is_ok());
+        for array in [Value::TextArray(vec!["a".into()]), Value::BytesArray(vec![None])] {
+            assert!(array.is_array());
+            let err = Value::refuse_arrays("mysql", &[Value::Int(1), array])
+                .expect_err("an array argument is refused");
+            assert!(err.to_string().contains("mysql statements take no array arguments"), "{err}");
+        }
+    }
 }

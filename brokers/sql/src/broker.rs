@@ -1,7 +1,6 @@
 //! [`SqlBroker`]: the whole [`Broker`] contract, written once for every SQL database and run on
 //! a backend's [`Adapter`] and [`Dialect`].
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,17 +13,18 @@ use taskgate::{
     Capabilities, Counts, Error, Failure, Filter, Limits, PruneRequest, QueueList, QueueStats,
     QuotaProvider, ReplayRequest, ResolvedOptions, Result, Step, StorageBound, Task, Timestamp,
 };
-use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
+use crate::adapter::{Adapter, SqlConn};
 use crate::combine::{self, Combine};
-use crate::core::{Core, Tx, TxFail};
-use crate::dialect::UniqueTarget;
+use crate::core::{Core, BLOB_HEADROOM};
+use crate::deliver::{claim_args, probe_and_claim};
+use crate::dialect::Dialect;
 use crate::migrate::{migrate, Migration};
-use crate::ops::ack::{self, AckRun};
-use crate::ops::{self, audit, claim, enqueue, finish, prune, read, reap, replay};
+use crate::ops::ack::choose::{ack_valid, no_nul_token};
+use crate::ops::enqueue::choose::{enqueue_error, enqueue_valid};
+use crate::ops::{audit, enqueue, finish, prune, read, reap, replay};
 use crate::quota::Provider;
-use crate::resolve::{self, LostAck};
-use crate::{Adapter, Dialect, SqlConn};
+use crate::tx::{Tx, TxFail};
 
 /// How a backend configures the engine.
 #[derive(Clone, Debug)]
@@ -103,21 +103,6 @@ impl SqlBroker {
         &self.core
     }
 
-    pub(crate) fn core_arc(&self) -> &Arc<Core> {
-        &self.core
-    }
-
-    pub(crate) fn combine(&self) -> &Combine {
-        &self.combine
-    }
-
-    /// True when concurrent claims and acks of this handle are combined
-    /// ([`crate::combine`]): the adapter shares one writer, and no test hook waits for each
-    /// call's own commit.
-    fn combines(&self) -> bool {
-        self.core.adapter.shares_writer() && !self.core.has_before_commit_hook()
-    }
-
     /// The backend's embedded migrations, in version order.
     #[cfg(feature = "testing")]
     pub(crate) fn migrations(&self) -> &'static [Migration] {
@@ -170,7 +155,7 @@ impl SqlBroker {
         let id = enqueue::assign_ids(std::slice::from_ref(task)).pop().unwrap_or_default();
         match enqueue::enqueue(&mut tx, task, &id).await {
             Ok(row) => Ok(row.task),
-            Err(e) => Err(self.enqueue_error(e, Some(task)).await),
+            Err(e) => Err(enqueue_error(&self.core, e, Some(task)).await),
         }
     }
 
@@ -178,196 +163,15 @@ impl SqlBroker {
         self.core.life.options()
     }
 
-    /// Translates an enqueue failure: unique violations become `TaskExists` (with the key's
-    /// tail, re-read outside the failed transaction, when the chain-head index fired).
-    async fn enqueue_error(&self, e: TxFail, task: Option<&Task>) -> Error {
-        let TxFail::Db(db) = e else { return self.core.fail(e) };
-        let target = self.core.dialect.unique_violation(&db, &self.core.prefix);
-        let Some(target) = target else { return self.core.backend_error(db) };
-        let id = task.map(|t| t.id.clone()).unwrap_or_default();
-        let key = task.map(|t| t.business_key.as_str()).unwrap_or_default();
-        match target {
-            UniqueTarget::ChainHead | UniqueTarget::Unnamed if !key.is_empty() => {
-                let existing = self.tail_outside(key).await;
-                Error::TaskExists { id: String::new(), existing }
-            }
-            _ => Error::TaskExists { id, existing: None },
-        }
-    }
-
-    async fn tail_outside(&self, key: &str) -> Option<taskgate::ExistingTask> {
-        let sql = self.core.sql(enqueue::KEY_TAIL_SQL);
-        let kinds = [crate::Kind::Text, crate::Kind::Text];
-        let rows = self.core.adapter.read(&sql, &[key.into()], &kinds).await.ok()?;
-        let (execution_id, status) = crate::ops::id_status(rows.first()?).ok()?;
-        Some(taskgate::ExistingTask { business_key: key.to_owned(), execution_id, status })
-    }
-
-    /// One claim transaction on a spawned task, delivered through a guard that puts the
-    /// tasks back to `pending` if nobody receives them (extensions §E0).
-    async fn claim_detached(
+    /// One look or claim of a claim call ([`probe_and_claim`]).
+    async fn probe(
         &self,
-        opts: Arc<ResolvedOptions>,
-        queues: Vec<String>,
-        max: usize,
-    ) -> Result<Vec<Task>> {
-        let (sender, receiver) = oneshot::channel();
-        let core = self.core.clone();
-        // Held until the claimed tasks are delivered or requeued; `close` waits for it.
-        let inflight = core.inflight.clone().try_read_owned().map_err(|_| Error::Closed)?;
-        if self.combines() {
-            return combine::claim(self, opts, queues, max, inflight).await;
-        }
-        tokio::spawn(async move {
-            let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
-            let mut sender = sender;
-            // Room under the dialect's bound on claimed rows in flight, held until the claim's
-            // transaction has ended; a caller that leaves while it waits gets nothing claimed.
-            let slot = match claim::claim_slot(&core, max, &mut sender).await {
-                Ok(slot) => slot,
-                Err(_) => return,
-            };
-            let result = if claim::autocommits(&core) {
-                // One statement, its own transaction: nothing to wait for but a connection,
-                // and a caller that left meanwhile gets nothing claimed.
-                claim::claim_autocommit(&core, &opts, &refs, max, &|| sender.is_closed()).await
-            } else {
-                // A caller that gave up while the claim waited for a connection (the writer
-                // lock, on SQLite) gets nothing claimed instead of a claim to undo.
-                (core.tx(&opts, "dequeue").abandon(&mut sender))
-                    .run(&(&refs[..], max), |tx, &(refs, max)| {
-                        Box::pin(claim::claim(tx, refs, max))
-                    })
-                    .await
-            };
-            drop(slot);
-            if matches!(result, Err(TxFail::Abandoned)) {
-                return;
-            }
-            let result = result
-                .map(|tasks| ClaimGuard {
-                    core: core.clone(),
-                    opts: opts.clone(),
-                    tasks,
-                    inflight: Some(inflight),
-                })
-                .map_err(|e| core.fail(e));
-            // If the receiver is gone the guard comes back here and is dropped: it requeues.
-            let _ = sender.send(result);
-        });
-        let result = receiver
-            .await
-            .map_err(|_| Error::backend(self.core.name(), "claim task ended without a result"))?;
-        Ok(result?.take())
-    }
-
-    async fn probe_and_claim(
-        &self,
-        opts: Arc<ResolvedOptions>,
-        queues: Vec<String>,
+        opts: &Arc<ResolvedOptions>,
+        queues: &[String],
         max: usize,
         look: Look,
     ) -> Result<Probe> {
-        self.opts()?;
-        // Claim at once after a full batch (more is likely ready) and, where a claim that
-        // finds nothing costs no more than a look (one autocommit statement that writes no
-        // row), after a wake-up: one round trip less between a commit and its pickup.
-        // Otherwise look first, so an empty poll is a read, not a write transaction. A claim
-        // at once that finds nothing looks next, for the time of the next due task.
-        //
-        // A claim that gets nothing where the look saw ready work while other claims of this
-        // handle on the same queues were under way was held off by them (SKIP LOCKED, or on
-        // SQLite claims that took the rows after the look's snapshot): the caller waits for a
-        // wake-up ([`Probe::Held`]) instead of looking again within milliseconds. With many
-        // claimers on a small backlog those re-looks were most of the claim traffic (finding
-        // 28).
-        let full = self.core.last_claim_full.load(Ordering::Relaxed);
-        let mut look_first = !(full || (look == Look::Woken && claim::autocommits(&self.core)));
-        let others = || self.core.claims_running.any(&queues);
-        let mut at_once_found_none = false;
-        loop {
-            if look_first {
-                let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
-                let probe = claim::probe(&self.core, &opts, &refs).await?;
-                if let Some(next_due_in) = probe.wait() {
-                    return Ok(Probe::Idle { next_due_in });
-                }
-                // The claim at once found nothing, yet the look sees ready rows: with other
-                // claims of this handle on these queues under way, those hold them (or the rows
-                // are new, and their wake-up reaches the waiter this call is about to be).
-                if at_once_found_none && others() {
-                    return Ok(Probe::Held);
-                }
-            }
-            // Counted per queue while under way ([`Core::claims_running`]). A claim that
-            // failed (its transaction rolled back) wakes every waiter: rows it held are ready
-            // again, and the waiters it held ([`Probe::Held`]) get no other wake-up for them.
-            let running = self.core.claims_running.enter(&queues);
-            let claimed = self.claim_detached(opts.clone(), queues.clone(), max).await;
-            drop(running);
-            if claimed.as_ref().is_err_and(|e| !matches!(e, Error::Closed)) {
-                self.core.hub.wake();
-            }
-            let claimed = claimed?;
-            self.core.last_claim_full.store(claimed.len() == max, Ordering::Relaxed);
-            if !claimed.is_empty() {
-                return Ok(Probe::Claimed(claimed));
-            }
-            if look_first {
-                return Ok(if others() { Probe::Held } else { Probe::Claimed(claimed) });
-            }
-            look_first = true;
-            at_once_found_none = true;
-        }
-    }
-
-    fn claim_args(queues: &dyn QueueList, max: usize) -> Result<Vec<String>> {
-        validate::validate_claim(queues, max)?;
-        Ok(queues.iter().map(str::to_owned).collect())
-    }
-}
-
-/// Claimed tasks in transit to the caller; dropped undelivered, it requeues them.
-pub(crate) struct ClaimGuard {
-    core: Arc<Core>,
-    opts: Arc<ResolvedOptions>,
-    tasks: Vec<Task>,
-    inflight: Option<OwnedRwLockReadGuard<()>>,
-}
-
-impl ClaimGuard {
-    /// Tasks claimed for one caller, holding off `close` until delivered or requeued.
-    pub(crate) fn new(
-        core: Arc<Core>,
-        opts: Arc<ResolvedOptions>,
-        tasks: Vec<Task>,
-        inflight: OwnedRwLockReadGuard<()>,
-    ) -> ClaimGuard {
-        ClaimGuard { core, opts, tasks, inflight: Some(inflight) }
-    }
-
-    pub(crate) fn take(mut self) -> Vec<Task> {
-        self.inflight = None;
-        std::mem::take(&mut self.tasks)
-    }
-}
-
-impl Drop for ClaimGuard {
-    fn drop(&mut self) {
-        let tasks = std::mem::take(&mut self.tasks);
-        if tasks.is_empty() {
-            return;
-        }
-        let (core, opts) = (self.core.clone(), self.opts.clone());
-        let inflight = self.inflight.take();
-        let requeue = async move {
-            let unclaim = core.tx(&opts, "unclaim");
-            let _ = unclaim.run(&tasks[..], |tx, tasks| Box::pin(claim::unclaim(tx, tasks))).await;
-            drop(inflight);
-        };
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(requeue);
-        }
+        probe_and_claim(&self.core, &self.combine, opts.clone(), queues.to_vec(), max, look).await
     }
 }
 
@@ -391,7 +195,7 @@ impl Broker for SqlBroker {
         if let Some(limit) = limit {
             // The largest value that still fits in one statement beside an ID (the engine
             // splits statements that carry more, see `ops::enqueue::insert_rows`).
-            let fits = limit.bytes.saturating_sub(crate::core::BLOB_HEADROOM);
+            let fits = limit.bytes.saturating_sub(BLOB_HEADROOM);
             let bound = StorageBound { setting: limit.setting, value: limit.bytes };
             let cap = usize::try_from(fits).unwrap_or(usize::MAX);
             resolved.limits = resolved.limits.capped(cap, bound);
@@ -419,47 +223,13 @@ impl Broker for SqlBroker {
     async fn enqueue_many(&self, tasks: &[Task]) -> Result<Vec<Task>> {
         let opts = self.opts()?;
         validate::validate_tasks(tasks, &opts.limits)?;
-        // The IDs are chosen once: every attempt stores the same rows under them. A call that
-        // repeats one this handle could not settle takes that call's IDs and lost attempts.
-        let (ids, mut unknown) = match self.core.unresolved.take_enqueue(tasks) {
-            Some(earlier) => (earlier.ids, earlier.attempts),
-            None => (enqueue::assign_ids(tasks), Vec::new()),
-        };
-        if let ([task], [id], true) = (tasks, &ids[..], unknown.is_empty()) {
-            if enqueue::fits_one_statement(task) && ops::one_statement_writes(&self.core, &opts) {
-                let now = self.core.local_now(&opts);
-                match enqueue::enqueue_autocommit(&self.core, task, id, now).await {
-                    Ok(stored) => return Ok(vec![stored]),
-                    // Nothing written, or (connection lost) maybe the row: the transaction
-                    // runs next under the same ID, and a row found there settles it.
-                    Err(e) if self.core.maybe_applied(&e) => {
-                        unknown.push(enqueue::lost_one_statement(task, id, now));
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
-        let done = (self.core.tx(&opts, "enqueue_many").settle(&mut unknown))
-            .run(&(tasks, &ids[..]), |tx, &(tasks, ids)| {
-                Box::pin(enqueue::enqueue_many(tx, tasks, ids))
-            })
-            .await;
-        match done {
-            Ok(stored) => Ok(stored),
-            Err(e) if !unknown.is_empty() => {
-                self.settle_enqueue(&opts, tasks, ids, unknown, e).await
-            }
-            // A batch of one (what `enqueue` sends) knows which task hit a unique index.
-            Err(e) => Err(self
-                .enqueue_error(e, if tasks.len() == 1 { tasks.first() } else { None })
-                .await),
-        }
+        enqueue_valid(&self.core, &opts, tasks).await
     }
 
     async fn try_dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let opts = self.opts()?;
-        let queues = Self::claim_args(queues, max)?;
-        match self.probe_and_claim(opts, queues, max, Look::First).await? {
+        let queues = claim_args(queues, max)?;
+        match self.probe(&opts, &queues, max, Look::First).await? {
             Probe::Claimed(tasks) => Ok(tasks),
             // Idle, held, or an answer added later: nothing was claimed.
             _ => Ok(Vec::new()),
@@ -468,12 +238,12 @@ impl Broker for SqlBroker {
 
     async fn dequeue_many(&self, queues: &dyn QueueList, max: usize) -> Result<Vec<Task>> {
         let opts = self.opts()?;
-        let queues = Self::claim_args(queues, max)?;
+        let queues = claim_args(queues, max)?;
         let core = &self.core;
         let poll = Some(core.poll_interval);
         let interest = Interest { queues: &queues, batch: max };
         wait_for_work(&core.hub, interest, &core.life, &*opts.clock, poll, |look| {
-            self.probe_and_claim(opts.clone(), queues.clone(), max, look)
+            self.probe(&opts, &queues, max, look)
         })
         .await
     }
@@ -490,10 +260,12 @@ impl Broker for SqlBroker {
             .filter(|(_, o)| o.is_none())
             .map(|(i, _)| no_nul_token(i))
             .collect();
-        let results = match (valid.is_empty(), self.combines()) {
+        let results = match (valid.is_empty(), combine::applies(&self.core)) {
             (true, _) => Vec::new(),
-            (false, true) => combine::ack_many(self, opts.clone(), valid).await?,
-            (false, false) => self.ack_valid(&opts, &valid).await?,
+            (false, true) => {
+                combine::ack_many(&self.core, &self.combine, opts.clone(), valid).await?
+            }
+            (false, false) => ack_valid(&self.core, &opts, &valid).await?,
         };
         let mut results = results.into_iter();
         for slot in &mut outcomes {
@@ -727,270 +499,4 @@ impl Broker for SqlBroker {
     fn quota_provider(&self) -> Option<&dyn QuotaProvider> {
         Some(&*self.quota)
     }
-}
-
-impl SqlBroker {
-    /// Settles an enqueue whose attempt's COMMIT was lost (`unknown`) and whose last attempt
-    /// failed with `e`: the rows under `ids`, read back, tell whether a lost attempt was
-    /// applied — then the call succeeded with what that attempt stored (its Notify snapshots
-    /// are published now). Otherwise `e` stands; when `e` itself is an unknown outcome, or the
-    /// rows cannot be read, the call is remembered so that repeating it settles it.
-    async fn settle_enqueue(
-        &self,
-        opts: &ResolvedOptions,
-        tasks: &[Task],
-        ids: Vec<String>,
-        unknown: Vec<crate::core::Settled<Vec<Task>>>,
-        e: TxFail,
-    ) -> Result<Vec<Task>> {
-        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let stored = read::by_ids(&self.core, &refs).await;
-        let e = match (stored, e) {
-            (Ok(stored), e) => {
-                if let Some(i) = resolve::applied_enqueue(&stored, &unknown) {
-                    let (mut value, snapshots, wakes) =
-                        unknown.into_iter().nth(i).unwrap_or_default();
-                    resolve::fill_server_times(&mut value, &stored);
-                    self.core.hub.wake_for(&wakes);
-                    if wakes.any() {
-                        // Other processes were not told at the lost commit.
-                        self.core.adapter.woke();
-                    }
-                    opts.notifier.publish(snapshots);
-                    return Ok(value);
-                }
-                if !matches!(e, TxFail::Unknown(_)) {
-                    let single = if tasks.len() == 1 { tasks.first() } else { None };
-                    return Err(self.enqueue_error(e, single).await);
-                }
-                e
-            }
-            (Err(read), TxFail::Unknown(lost)) => {
-                drop(read);
-                TxFail::Unknown(lost)
-            }
-            // A lost attempt may have been applied and cannot be read: unknown, not `read`.
-            (Err(read), _) => {
-                self.core.unresolved.put_enqueue(resolve::UnsettledEnqueue {
-                    input: tasks.to_vec(),
-                    ids,
-                    attempts: unknown,
-                });
-                return Err(self.core.unknown(read));
-            }
-        };
-        self.core.unresolved.put_enqueue(resolve::UnsettledEnqueue {
-            input: tasks.to_vec(),
-            ids,
-            attempts: unknown,
-        });
-        Err(self.core.fail(e))
-    }
-
-    /// Acks validated `items` in chunks; each item's outcome in order. Where
-    /// [`ack::autocommits`], a chunk's childless items are completed first by one autocommit
-    /// statement; the rest (and all of a chunk that statement could not take) run in one
-    /// transaction.
-    pub(crate) async fn ack_valid(
-        &self,
-        opts: &ResolvedOptions,
-        valid: &[AckItem],
-    ) -> Result<Vec<Result<()>>> {
-        let mut results = Vec::with_capacity(valid.len());
-        let autocommits = ack::autocommits(&self.core, opts);
-        for chunk in valid.chunks(self.ack_chunk()) {
-            // What an earlier call of this handle, whose outcome is unknown, wrote per item.
-            let mut earlier = self.core.unresolved.take_acks(chunk);
-            if !(autocommits && ack::fits_one_statement(chunk)) {
-                results.extend(self.ack_in_tx(opts, chunk, earlier).await?);
-                continue;
-            }
-            let acked =
-                match ack::ack_autocommit(&self.core, chunk, self.core.local_now(opts)).await {
-                    Ok(acked) => acked,
-                    Err(e) => {
-                        // Nothing written, or (connection lost) maybe all of it: the transaction
-                        // acks what is left, and `ack_token` tells the lost statement's work.
-                        if self.core.maybe_applied(&e) {
-                            earlier.iter_mut().for_each(|lost| lost.autocommit = true);
-                        }
-                        HashSet::new()
-                    }
-                };
-            let (mut rest, mut rest_earlier) = (Vec::new(), Vec::new());
-            for (item, lost) in chunk.iter().zip(earlier) {
-                if !acked.contains(&item.id) {
-                    rest.push(item.clone());
-                    rest_earlier.push(lost);
-                }
-            }
-            let mut rest_outcomes = match rest.is_empty() {
-                true => Vec::new(),
-                false => self.ack_in_tx(opts, &rest, rest_earlier).await?,
-            }
-            .into_iter();
-            for item in chunk {
-                let outcome = match acked.contains(&item.id) {
-                    true => Ok(()),
-                    false => rest_outcomes.next().unwrap_or_else(|| {
-                        Err(Error::backend(self.core.name(), "an ack item got no outcome"))
-                    }),
-                };
-                results.push(outcome);
-            }
-        }
-        Ok(results)
-    }
-
-    /// Acks `chunk` in one transaction (settling lost COMMITs, [`Self::settle_acks`]).
-    async fn ack_in_tx(
-        &self,
-        opts: &ResolvedOptions,
-        chunk: &[AckItem],
-        earlier: Vec<LostAck>,
-    ) -> Result<Vec<Result<()>>> {
-        let returning = self.ack_returning();
-        let mut unknown = Vec::new();
-        let lost = earlier.iter().any(|lost| !lost.is_empty());
-        let done = (self.core.tx(opts, "ack").settle(&mut unknown).after_lost(lost))
-            .run(&(chunk, returning), |tx, &(chunk, returning)| {
-                Box::pin(ack::ack_many(tx, chunk, returning))
-            })
-            .await;
-        self.settle_acks(opts, chunk, earlier, unknown, done).await
-    }
-
-    /// Settles one ack transaction's outcome. `done` is the last attempt's; `unknown` the
-    /// attempts whose COMMIT was lost, `earlier` what lost attempts of this or an earlier call
-    /// wrote per item. An item the last attempt found no longer running with its token
-    /// (LeaseLost) is `Ok` when a lost attempt was applied: the task is completed with exactly
-    /// the `finished_at` a lost transaction wrote and the item's result (its Notify snapshots
-    /// are published now), or its `ack_token` is the item's token (a lost one-statement ack).
-    /// When the outcome stays unknown, what each item's lost attempts wrote is remembered so
-    /// that repeating the ack settles it.
-    pub(crate) async fn settle_acks(
-        &self,
-        opts: &ResolvedOptions,
-        chunk: &[AckItem],
-        earlier: Vec<LostAck>,
-        unknown: Vec<crate::core::Settled<AckRun>>,
-        done: std::result::Result<AckRun, TxFail>,
-    ) -> Result<Vec<Result<()>>> {
-        // Per item: what lost attempts wrote for it.
-        let mut wrote = earlier;
-        for ((outcomes, now), _, _) in &unknown {
-            for (i, outcome) in outcomes.iter().enumerate() {
-                if let (Ok(()), Some(now), Some(w)) = (outcome, now, wrote.get_mut(i)) {
-                    w.finished.push(*now);
-                }
-            }
-        }
-        // A call that cannot settle is remembered, so that repeating it settles it, and fails
-        // as unknown when a lost attempt may have acked an item: never with a definite error.
-        let unsettled = |wrote: &[LostAck], e: Error| {
-            let mut lost = false;
-            for (item, w) in chunk.iter().zip(wrote) {
-                if !w.is_empty() {
-                    lost = true;
-                    self.core.unresolved.put_ack(&item.id, &item.token, w.clone());
-                }
-            }
-            match e {
-                Error::Backend { source, .. } if lost && !is_unknown_source(&*source) => {
-                    self.core.unknown(source)
-                }
-                e => e,
-            }
-        };
-        let mut outcomes = match done {
-            Ok((outcomes, _)) => outcomes,
-            Err(e) => return Err(unsettled(&wrote, self.core.fail(e))),
-        };
-        let suspects: Vec<usize> = (0..chunk.len())
-            .filter(|i| {
-                matches!(outcomes.get(*i), Some(Err(Error::LeaseLost { .. })))
-                    && wrote.get(*i).is_some_and(|w| !w.is_empty())
-            })
-            .collect();
-        if suspects.is_empty() {
-            return Ok(outcomes);
-        }
-        let by_token: Vec<&str> = (suspects.iter())
-            .filter(|i| wrote.get(**i).is_some_and(|w| w.autocommit))
-            .map(|i| chunk[*i].id.as_str())
-            .collect();
-        if !by_token.is_empty() {
-            let tokens = match read::ack_tokens(&self.core, &by_token).await {
-                Ok(tokens) => tokens,
-                Err(read) => return Err(unsettled(&wrote, read)),
-            };
-            for i in &suspects {
-                let item = &chunk[*i];
-                if tokens.get(&item.id).is_some_and(|t| *t == item.token) {
-                    outcomes[*i] = Ok(());
-                }
-            }
-        }
-        // What `ack_token` settled needs no second read.
-        let suspects: Vec<usize> = (suspects.into_iter())
-            .filter(|i| matches!(outcomes.get(*i), Some(Err(Error::LeaseLost { .. }))))
-            .filter(|i| wrote.get(*i).is_some_and(|w| !w.finished.is_empty()))
-            .collect();
-        if suspects.is_empty() {
-            return Ok(outcomes);
-        }
-        let ids: Vec<&str> = suspects.iter().map(|i| chunk[*i].id.as_str()).collect();
-        let stored = match read::by_ids(&self.core, &ids).await {
-            Ok(stored) => stored,
-            Err(read) => return Err(unsettled(&wrote, read)),
-        };
-        let mut applied: Vec<Timestamp> = Vec::new();
-        for i in suspects {
-            let item = &chunk[i];
-            let Some(task) = stored.get(&item.id) else { continue };
-            let finished = task.finished_at.filter(|at| wrote[i].finished.contains(at));
-            if task.status == taskgate::Status::Completed && task.result == item.result {
-                if let Some(at) = finished {
-                    outcomes[i] = Ok(());
-                    applied.push(at);
-                }
-            }
-        }
-        // The lost attempt that was applied committed whole: publish what it would have.
-        for ((_, now), snapshots, wakes) in unknown {
-            if now.is_some_and(|now| applied.contains(&now)) {
-                self.core.hub.wake_for(&wakes);
-                opts.notifier.publish(snapshots);
-            }
-        }
-        Ok(outcomes)
-    }
-
-    /// True when acks use the one-statement form, which binds every result in one statement:
-    /// with a server statement limit, the two-step form splits the write instead.
-    pub(crate) fn ack_returning(&self) -> bool {
-        self.core.dialect.update_returning() && self.core.statement_budget().is_none()
-    }
-
-    /// Items per ack transaction, so one statement stays under the dialect's parameter limit.
-    pub(crate) fn ack_chunk(&self) -> usize {
-        (self.core.dialect.max_params() / 4).clamp(1, 1_000)
-    }
-}
-
-/// True when a `Backend` error's source already says that a write's outcome is unknown
-/// ([`CommitUnknown`](crate::CommitUnknown)).
-fn is_unknown_source(source: &(dyn std::error::Error + 'static)) -> bool {
-    source.is::<crate::core::CommitUnknown>()
-}
-
-/// `item`, with a token holding a NUL replaced by the empty token: no lease token holds one
-/// (contract §E7.3), so it is answered as any token that is not the current one (`LeaseLost`,
-/// or `NotFound` for an unknown ID) without being sent to a server whose text cannot carry it.
-fn no_nul_token(item: &AckItem) -> AckItem {
-    let mut item = item.clone();
-    if validate::has_nul(&item.token) {
-        item.token.clear();
-    }
-    item
 }

@@ -28,8 +28,11 @@ use std::sync::{Arc, Mutex};
 use taskgate::{AckItem, Error, ResolvedOptions, Result, Task};
 use tokio::sync::{oneshot, OwnedRwLockReadGuard};
 
-use crate::broker::{ClaimGuard, SqlBroker};
-use crate::ops::{ack, claim};
+use crate::claimed::ClaimGuard;
+use crate::core::Core;
+use crate::ops::ack::{self, choose};
+use crate::ops::claim;
+use crate::resolve;
 
 /// The most tasks one combined claim asks for, and the most items one combined ack carries:
 /// requests beyond it go into the next combined call. Combining pays at small batches (one
@@ -126,6 +129,12 @@ impl<R> Combiner<R> {
     }
 }
 
+/// True when concurrent claims and acks of this handle are combined: the adapter shares one
+/// writer, and no test hook waits for each call's own commit.
+pub(crate) fn applies(core: &Core) -> bool {
+    core.adapter.shares_writer() && !core.has_before_commit_hook()
+}
+
 /// The combiners of one handle.
 #[derive(Default)]
 pub(crate) struct Combine {
@@ -166,18 +175,18 @@ struct AckRequest {
 /// Claims up to `max` tasks from `queues` in a combined claim; the caller receives its share
 /// (delivered through a guard that requeues it if the caller has gone).
 pub(crate) async fn claim(
-    broker: &SqlBroker,
+    core: &Arc<Core>,
+    combine: &Arc<Combine>,
     opts: Arc<ResolvedOptions>,
     queues: Vec<String>,
     max: usize,
     inflight: OwnedRwLockReadGuard<()>,
 ) -> Result<Vec<Task>> {
-    let core = broker.core_arc();
     let (answer, receiver) = oneshot::channel();
     let request = ClaimRequest { opts, queues, max, answer, inflight };
-    if broker.combine().claims.push(request) {
-        let broker = broker.clone();
-        tokio::spawn(async move { lead_claims(&broker).await });
+    if combine.claims.push(request) {
+        let leader = Leader { core: core.clone(), combine: combine.clone() };
+        tokio::spawn(async move { lead_claims(&leader).await });
     }
     let guard = receiver
         .await
@@ -185,8 +194,15 @@ pub(crate) async fn claim(
     Ok(guard?.take())
 }
 
-async fn lead_claims(broker: &SqlBroker) {
-    while let Some(requests) = broker.combine().claims.take() {
+/// What a leader runs on: the handle's core and combiners.
+#[derive(Clone)]
+struct Leader {
+    core: Arc<Core>,
+    combine: Arc<Combine>,
+}
+
+async fn lead_claims(leader: &Leader) {
+    while let Some(requests) = leader.combine.claims.take() {
         // A caller gone before its claim ran claims nothing.
         let mut groups: Vec<Vec<ClaimRequest>> = Vec::new();
         for request in requests.into_iter().filter(|r| !r.answer.is_closed()) {
@@ -200,7 +216,7 @@ async fn lead_claims(broker: &SqlBroker) {
             }
         }
         for group in groups {
-            claim_group(broker, group).await;
+            claim_group(leader, group).await;
         }
     }
 }
@@ -209,15 +225,15 @@ async fn lead_claims(broker: &SqlBroker) {
 /// has its turn on the writer it takes in the claims that queued meanwhile (so the callers
 /// that arrived while the leader waited for the writer ride along) and the acks waiting for
 /// their leader (run first, in the same transaction: one turn on the writer for both).
-async fn claim_group(broker: &SqlBroker, group: Vec<ClaimRequest>) {
-    let core = broker.core_arc();
+async fn claim_group(leader: &Leader, group: Vec<ClaimRequest>) {
+    let core = &leader.core;
     let Some(first) = group.first() else { return };
     let opts = first.opts.clone();
     let queues = first.queues.clone();
     let refs: Vec<&str> = queues.iter().map(String::as_str).collect();
     let group = Mutex::new(group);
     let riding = tokio::sync::Mutex::new(Riding::default());
-    let late = Late::sources(broker, &opts);
+    let late = Late::sources(core, &leader.combine, &opts);
     let mut unknown = Vec::new();
     let result = (core.tx(&opts, "dequeue").settle(&mut unknown))
         .run(&(&refs[..], &group, &riding, &late), |tx, &(refs, group, riding, late)| {
@@ -259,7 +275,8 @@ async fn claim_group(broker: &SqlBroker, group: Vec<ClaimRequest>) {
                 let done = Ok(acked.unwrap_or_default());
                 let earlier = core.unresolved.take_acks(&riding.items);
                 let settled =
-                    broker.settle_acks(&opts, &riding.items, earlier, ack_unknown(), done).await;
+                    resolve::settle_acks(core, &opts, &riding.items, earlier, ack_unknown(), done)
+                        .await;
                 riding.answer(settled, core.name());
             }
         }
@@ -268,8 +285,14 @@ async fn claim_group(broker: &SqlBroker, group: Vec<ClaimRequest>) {
                 true => core.fail(e),
                 false => {
                     let earlier = core.unresolved.take_acks(&riding.items);
-                    let settled =
-                        broker.settle_acks(&opts, &riding.items, earlier, ack_unknown(), Err(e));
+                    let settled = resolve::settle_acks(
+                        core,
+                        &opts,
+                        &riding.items,
+                        earlier,
+                        ack_unknown(),
+                        Err(e),
+                    );
                     settled
                         .await
                         .err()
@@ -325,12 +348,12 @@ struct Late<'b> {
 }
 
 impl<'b> Late<'b> {
-    fn sources(broker: &'b SqlBroker, opts: &'b Arc<ResolvedOptions>) -> Late<'b> {
+    fn sources(core: &Core, combine: &'b Combine, opts: &'b Arc<ResolvedOptions>) -> Late<'b> {
         Late {
-            combine: broker.combine(),
+            combine,
             opts,
-            ack_limit: MAX_COMBINED.min(broker.ack_chunk()),
-            returning: broker.ack_returning(),
+            ack_limit: MAX_COMBINED.min(ack::chunk_size(core)),
+            returning: ack::returning_form(core),
         }
     }
 
@@ -385,46 +408,47 @@ impl<'b> Late<'b> {
 
 /// Acks `items` (valid ones) in a combined `ack_many`; returns each item's outcome.
 pub(crate) async fn ack_many(
-    broker: &SqlBroker,
+    core: &Arc<Core>,
+    combine: &Arc<Combine>,
     opts: Arc<ResolvedOptions>,
     items: Vec<AckItem>,
 ) -> Result<Vec<Result<()>>> {
-    if broker.combine().acks.lead_if_idle() {
+    let leader = Leader { core: core.clone(), combine: combine.clone() };
+    if combine.acks.lead_if_idle() {
         // Uncontended: this caller acks its own items at once, as without combining; acks
         // that queue meanwhile get a leader when it is done (or dropped).
-        let _lead = InlineAckLead(broker);
-        return broker.ack_valid(&opts, &items).await;
+        let _lead = InlineAckLead(leader);
+        return choose::ack_valid(core, &opts, &items).await;
     }
     let (answer, receiver) = oneshot::channel();
-    if broker.combine().acks.push(AckRequest { opts, items, answer }) {
-        let broker = broker.clone();
-        tokio::spawn(async move { lead_acks(&broker).await });
+    if combine.acks.push(AckRequest { opts, items, answer }) {
+        tokio::spawn(async move { lead_acks(&leader).await });
     }
-    receiver.await.map_err(|_| {
-        Error::backend(broker.core_arc().name(), "combined ack ended without a result")
-    })?
+    receiver
+        .await
+        .map_err(|_| Error::backend(core.name(), "combined ack ended without a result"))?
 }
 
 /// The lead an uncontended ack took; ending (or dropped with its caller) it starts a leader
 /// for the acks that queued meanwhile.
-struct InlineAckLead<'a>(&'a SqlBroker);
+struct InlineAckLead(Leader);
 
-impl Drop for InlineAckLead<'_> {
+impl Drop for InlineAckLead {
     fn drop(&mut self) {
-        if self.0.combine().acks.end_inline() {
-            let broker = self.0.clone();
+        if self.0.combine.acks.end_inline() {
+            let leader = self.0.clone();
             match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn(async move { lead_acks(&broker).await })),
+                Ok(runtime) => drop(runtime.spawn(async move { lead_acks(&leader).await })),
                 // No runtime to lead on (it is shutting down): the waiting callers' answers
                 // are dropped with the requests, so they fail rather than hang.
-                Err(_) => while self.0.combine().acks.take().is_some() {},
+                Err(_) => while self.0.combine.acks.take().is_some() {},
             }
         }
     }
 }
 
-async fn lead_acks(broker: &SqlBroker) {
-    while let Some(requests) = broker.combine().acks.take() {
+async fn lead_acks(leader: &Leader) {
+    while let Some(requests) = leader.combine.acks.take() {
         let mut groups: Vec<Vec<AckRequest>> = Vec::new();
         for request in requests {
             match groups.iter_mut().find(|g| {
@@ -437,24 +461,24 @@ async fn lead_acks(broker: &SqlBroker) {
             }
         }
         for group in groups {
-            ack_group(broker, group).await;
+            ack_group(leader, group).await;
         }
     }
 }
 
-async fn ack_group(broker: &SqlBroker, group: Vec<AckRequest>) {
+async fn ack_group(leader: &Leader, group: Vec<AckRequest>) {
     let Some(first) = group.first() else { return };
     let opts = first.opts.clone();
-    let core = broker.core_arc();
+    let core = &leader.core;
     // The items move into one list; each caller keeps its answer and how many are its own.
     let mut riding = Riding::default();
     for request in group {
         riding.callers.push((request.answer, request.items.len()));
         riding.items.extend(request.items);
     }
-    let late = Late::sources(broker, &opts);
+    let late = Late::sources(core, &leader.combine, &opts);
     if riding.items.len() >= late.ack_limit {
-        let result = broker.ack_valid(&opts, &riding.items).await;
+        let result = choose::ack_valid(core, &opts, &riding.items).await;
         riding.answer(result, core.name());
         return;
     }
@@ -472,7 +496,7 @@ async fn ack_group(broker: &SqlBroker, group: Vec<AckRequest>) {
         .await;
     let riding = riding.into_inner();
     let earlier = core.unresolved.take_acks(&riding.items);
-    let result = broker.settle_acks(&opts, &riding.items, earlier, unknown, done).await;
+    let result = resolve::settle_acks(core, &opts, &riding.items, earlier, unknown, done).await;
     riding.answer(result, core.name());
 }
 

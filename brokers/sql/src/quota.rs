@@ -6,10 +6,11 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use taskgate::{Error, QuotaConfig, QuotaGate, QuotaProvider, Reservation, Result};
+use taskgate::{QuotaConfig, QuotaGate, QuotaProvider, Reservation, Result};
 
-use crate::core::{Core, Tx, TxFail};
+use crate::core::Core;
 use crate::dialect::QuotaShape;
+use crate::tx::{Tx, TxFail};
 use crate::value::Cols;
 use crate::{Kind, Value};
 
@@ -32,8 +33,8 @@ impl std::fmt::Debug for SqlQuotaGate {
     }
 }
 
-/// Builds gates for [`QuotaProvider::queue_quota`].
-pub(crate) fn gate(
+/// Builds quota gates for [`QuotaProvider::queue_quota`].
+pub(crate) fn quota_gate(
     core: &Arc<Core>,
     queue: &str,
     config: &QuotaConfig,
@@ -148,25 +149,6 @@ pub(crate) struct Provider(pub(crate) Arc<Core>);
 
 impl QuotaProvider for Provider {
     fn queue_quota(&self, queue: &str, config: &QuotaConfig) -> Result<Arc<dyn QuotaGate>> {
-        gate(&self.0, queue, config)
-    }
-}
-
-impl Core {
-    /// A transaction failure as the caller's error: contract errors as they are, driver
-    /// errors as `Backend`.
-    pub(crate) fn fail(&self, e: TxFail) -> Error {
-        match e {
-            TxFail::Op(e) => e,
-            TxFail::Db(e) => self.backend_error(e),
-            TxFail::Abandoned => Error::backend(self.name(), "the caller went away"),
-            TxFail::Unknown(source) => self.unknown(source),
-        }
-    }
-
-    /// A write whose outcome is unknown (`source`: the last error while finding out) as the
-    /// caller's error: `Backend` with a [`CommitUnknown`](crate::CommitUnknown) source.
-    pub(crate) fn unknown(&self, source: impl Into<taskgate::BoxError>) -> Error {
-        Error::backend(self.name(), crate::core::CommitUnknown { source: source.into() })
+        quota_gate(&self.0, queue, config)
     }
 }

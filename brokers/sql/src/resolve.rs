@@ -1,28 +1,149 @@
-//! Settling writes whose COMMIT's outcome was lost with the connection (docs/decisions.md,
-//! "Connections and failures").
+//! Settling a write whose outcome was lost with the connection (docs/decisions.md,
+//! "Connections and failures"): every step, for every write path, is here.
 //!
-//! An enqueue runs its transaction again under the IDs it chose before the first attempt
-//! (the primary key makes a second copy impossible; a run that finds its rows there compares
-//! them with what it wrote), and an ack runs again with the same tokens (a run that finds the
-//! task completed compares `finished_at` and the result with what the lost attempt wrote). An
-//! ack that ran as one autocommit statement (PostgreSQL, a childless task) and lost its answer
-//! is proven applied by the task's `ack_token`: the statement writes the token it acked with,
-//! and a token belongs to one claim.
-//! When the server stays unreachable the call reports the outcome as unknown, and
-//! [`Unresolved`] keeps what it needs so that repeating the same call on the handle settles
-//! it without a duplicate.
+//! * Whether a failed write may have been applied: a COMMIT (or a one-statement write) whose
+//!   connection was lost after it could have reached the server ([`Core::maybe_applied`]).
+//! * The settle window ([`Settling`]): a transaction that settles a lost outcome keeps trying
+//!   an unreachable server for [`RESOLVE_WINDOW`], then reports the outcome as unknown.
+//! * Enqueue ([`settle_enqueue`]): the transaction runs again under the IDs it chose before
+//!   the first attempt (the primary key makes a second copy impossible); the rows read back
+//!   are compared with what each lost attempt wrote.
+//! * Ack ([`settle_acks`]): the transaction runs again with the same tokens; an item it finds
+//!   no longer running is settled by the task's `ack_token` (a lost one-statement ack: the
+//!   statement writes the token it acked with, and a token belongs to one claim), then by
+//!   `finished_at` and the result read back (a lost transaction).
+//! * Every other write, and a settle that cannot finish: the caller's error says the outcome
+//!   is unknown ([`CommitUnknown`], [`Core::fail`]), and the handle remembers what repeating
+//!   an enqueue or ack needs to settle it ([`Unresolved`](crate::unresolved::Unresolved)).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use taskgate::{Task, Timestamp};
+use taskgate::{AckItem, BoxError, Error, ResolvedOptions, Result, Status, Task, Timestamp};
 
-use crate::core::Settled;
+use crate::adapter::DbError;
+use crate::core::Core;
+use crate::ops::ack::AckRun;
+use crate::ops::read;
+use crate::tx::TxFail;
+use crate::unresolved::{LostAck, Settled, UnsettledEnqueue};
 
-/// How many unsettled enqueue calls a handle remembers (the oldest is forgotten first).
-const MAX_ENQUEUES: usize = 1_024;
-/// How many unsettled ack items a handle remembers.
-const MAX_ACKS: usize = 65_536;
+/// How long a write whose COMMIT's outcome is unknown keeps trying to find out (retrying on a
+/// fresh connection while the server cannot be reached) before it reports the outcome as
+/// unknown.
+pub(crate) const RESOLVE_WINDOW: Duration = Duration::from_secs(5);
+
+/// A write's outcome is unknown: the connection was lost while its COMMIT (or its one
+/// autocommit statement) was on its way, so the server may or may not have applied it, and
+/// finding out failed too. The source of an [`Error::Backend`] that says so; every write path
+/// reports a lost outcome with it, never with a definite error ([`is_commit_unknown`]).
+#[derive(Debug)]
+pub struct CommitUnknown {
+    /// The last error: the driver's on the COMMIT, or on the last attempt to find out.
+    pub source: BoxError,
+}
+
+impl std::fmt::Display for CommitUnknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "connection lost during COMMIT: the write may or may not have been applied \
+             (for enqueue and ack: the server could not be asked; repeating the same call on \
+             this handle settles it): {}",
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for CommitUnknown {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// True when `e` says that a write's outcome is unknown: `Backend` whose source is a
+/// [`CommitUnknown`] — the one error after which a write may or may not have been applied.
+/// Every other error of a write means nothing of it was applied.
+pub fn is_commit_unknown(e: &Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<CommitUnknown>())
+}
+
+impl Core {
+    /// A transaction failure as the caller's error: contract errors as they are, driver
+    /// errors as `Backend`, a lost outcome as [`Core::unknown`].
+    pub(crate) fn fail(&self, e: TxFail) -> Error {
+        match e {
+            TxFail::Op(e) => e,
+            TxFail::Db(e) => self.backend_error(e),
+            TxFail::Abandoned => Error::backend(self.name(), "the caller went away"),
+            TxFail::Unknown(source) => self.unknown(source),
+        }
+    }
+
+    /// A write whose outcome is unknown (`source`: the last error while finding out) as the
+    /// caller's error: `Backend` with a [`CommitUnknown`] source.
+    pub(crate) fn unknown(&self, source: impl Into<BoxError>) -> Error {
+        Error::backend(self.name(), CommitUnknown { source: source.into() })
+    }
+
+    /// True when a one-statement (autocommit) write that failed with `e` may have been
+    /// applied: its connection was lost ([`Dialect::is_connection_lost`]) after it could
+    /// have reached the server. A connection that was never made (refused, no such host, no
+    /// pooled connection in time) sent nothing.
+    ///
+    /// [`Dialect::is_connection_lost`]: crate::Dialect::is_connection_lost
+    pub(crate) fn maybe_applied(&self, e: &DbError) -> bool {
+        self.dialect.is_connection_lost(e) && !never_connected(e)
+    }
+}
+
+/// True for an error that means no connection was made, so no statement was sent: a refused
+/// connection, a host that cannot be found or reached, a pool that handed out no connection.
+/// (A connection that was made and then lost fails with a reset, a broken pipe or an
+/// unexpected end of stream instead.)
+fn never_connected(e: &DbError) -> bool {
+    use std::io::ErrorKind as Io;
+    match e {
+        DbError::Io(io) => matches!(
+            io.kind(),
+            Io::ConnectionRefused
+                | Io::NotFound
+                | Io::AddrNotAvailable
+                | Io::HostUnreachable
+                | Io::NetworkUnreachable
+        ),
+        DbError::PoolTimedOut | DbError::PoolClosed => true,
+        _ => false,
+    }
+}
+
+/// The settle window of one write transaction: open from its first lost outcome (or from the
+/// start, when the call settles an earlier one) for [`RESOLVE_WINDOW`].
+pub(crate) struct Settling {
+    until: Option<Instant>,
+}
+
+impl Settling {
+    /// Not settling yet, or settling from the start (`from_start`: a lost one-statement write
+    /// of the call, or an earlier call's lost COMMITs).
+    pub(crate) fn new(from_start: bool) -> Settling {
+        Settling { until: from_start.then(|| Instant::now() + RESOLVE_WINDOW) }
+    }
+
+    /// A COMMIT's answer was lost: settling starts now, if it had not.
+    pub(crate) fn start(&mut self) {
+        self.until.get_or_insert_with(|| Instant::now() + RESOLVE_WINDOW);
+    }
+
+    /// For an attempt that failed with `e` while settling: `Some(true)` when the server could
+    /// not be reached and the window is open (try again), `Some(false)` when it has closed
+    /// (the outcome stays unknown); `None` when not settling, or `e` is not a lost
+    /// connection (the ordinary retry policy decides).
+    pub(crate) fn unreachable(&self, core: &Core, e: &DbError) -> Option<bool> {
+        let until = self.until?;
+        core.dialect.is_connection_lost(e).then(|| Instant::now() < until)
+    }
+}
 
 /// True when `stored` (read back now) is the task an attempt wrote as `written`: the fields
 /// an enqueue sets and nothing later changes — ID, type, queue, payload, business key,
@@ -68,87 +189,181 @@ pub(crate) fn applied_enqueue(
     })
 }
 
-/// An enqueue call whose outcome is unknown: its input, the IDs it chose, and what each
-/// attempt whose COMMIT was lost would have returned.
-pub(crate) struct UnsettledEnqueue {
-    /// The tasks as the caller passed them.
-    pub(crate) input: Vec<Task>,
-    /// The ID of each task, in order.
-    pub(crate) ids: Vec<String>,
-    /// The attempts whose COMMIT's outcome is unknown.
-    pub(crate) attempts: Vec<Settled<Vec<Task>>>,
+/// Settles an enqueue whose attempt's COMMIT was lost (`unknown`) and whose last attempt
+/// failed with `e`: the rows under `ids`, read back, tell whether a lost attempt was
+/// applied — then the call succeeded with what that attempt stored (its Notify snapshots
+/// are published now). Otherwise the call fails: with `e` when it is definite (nothing was
+/// applied), and as unknown when `e` itself is an unknown outcome or the rows cannot be read —
+/// then the call is remembered so that repeating it settles it.
+pub(crate) async fn settle_enqueue(
+    core: &Core,
+    opts: &ResolvedOptions,
+    tasks: &[Task],
+    ids: Vec<String>,
+    unknown: Vec<Settled<Vec<Task>>>,
+    e: TxFail,
+) -> std::result::Result<Vec<Task>, TxFail> {
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let stored = read::by_ids(core, &refs).await;
+    let e = match (stored, e) {
+        (Ok(stored), e) => match applied_enqueue(&stored, &unknown) {
+            Some(i) => {
+                let (mut value, snapshots, wakes) = unknown.into_iter().nth(i).unwrap_or_default();
+                fill_server_times(&mut value, &stored);
+                core.hub.wake_for(&wakes);
+                if wakes.any() {
+                    // Other processes were not told at the lost commit.
+                    core.adapter.woke();
+                }
+                opts.notifier.publish(snapshots);
+                return Ok(value);
+            }
+            None if !matches!(e, TxFail::Unknown(_)) => return Err(e),
+            None => e,
+        },
+        (Err(_), TxFail::Unknown(lost)) => TxFail::Unknown(lost),
+        // A lost attempt may have been applied and cannot be read: unknown, not `read`.
+        (Err(read), _) => TxFail::Op(core.unknown(read)),
+    };
+    let input = tasks.to_vec();
+    core.unresolved.put_enqueue(UnsettledEnqueue { input, ids, attempts: unknown });
+    Err(e)
 }
 
-/// What a handle remembers of calls it could not settle, until the same call comes again.
-#[derive(Default)]
-pub(crate) struct Unresolved {
-    enqueues: Mutex<VecDeque<UnsettledEnqueue>>,
-    /// (task ID, lease token) → what lost ack attempts wrote.
-    acks: Mutex<HashMap<(String, String), LostAck>>,
-}
-
-/// What the lost attempts of one ack item (an ID with its token) may have written.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct LostAck {
-    /// The `finished_at` each lost transaction wrote.
-    pub(crate) finished: Vec<Timestamp>,
-    /// A one-statement (autocommit) ack of the item lost its answer: applied if, and only if,
-    /// the task's `ack_token` is the item's token.
-    pub(crate) autocommit: bool,
-}
-
-impl LostAck {
-    /// True when no lost attempt may have acked the item.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.finished.is_empty() && !self.autocommit
+/// Settles one ack transaction's outcome. `done` is the last attempt's; `unknown` the
+/// attempts whose COMMIT was lost, `earlier` what lost attempts of this or an earlier call
+/// wrote per item. An item the last attempt found no longer running with its token
+/// (LeaseLost) is `Ok` when a lost attempt was applied: its `ack_token` is the item's token (a
+/// lost one-statement ack, [`settle_by_token`]), or the task is completed with exactly the
+/// `finished_at` a lost transaction wrote and the item's result ([`settle_by_row`]; its Notify
+/// snapshots are published now). When the outcome stays unknown, what each item's lost
+/// attempts wrote is remembered so that repeating the ack settles it ([`unsettled`]).
+pub(crate) async fn settle_acks(
+    core: &Core,
+    opts: &ResolvedOptions,
+    chunk: &[AckItem],
+    earlier: Vec<LostAck>,
+    unknown: Vec<Settled<AckRun>>,
+    done: std::result::Result<AckRun, TxFail>,
+) -> Result<Vec<Result<()>>> {
+    let wrote = lost_writes(earlier, &unknown);
+    let mut outcomes = match done {
+        Ok((outcomes, _)) => outcomes,
+        Err(e) => return Err(unsettled(core, chunk, &wrote, core.fail(e))),
+    };
+    if let Err(read) = settle_by_token(core, chunk, &wrote, &mut outcomes).await {
+        return Err(unsettled(core, chunk, &wrote, read));
     }
-}
-
-impl Unresolved {
-    /// Takes the unsettled enqueue whose input equals `tasks`, if there is one.
-    pub(crate) fn take_enqueue(&self, tasks: &[Task]) -> Option<UnsettledEnqueue> {
-        let mut list = self.enqueues.lock().unwrap_or_else(|p| p.into_inner());
-        if list.is_empty() {
-            return None;
+    let applied = match settle_by_row(core, chunk, &wrote, &mut outcomes).await {
+        Ok(applied) => applied,
+        Err(read) => return Err(unsettled(core, chunk, &wrote, read)),
+    };
+    // The lost attempt that was applied committed whole: publish what it would have.
+    for ((_, now), snapshots, wakes) in unknown {
+        if now.is_some_and(|now| applied.contains(&now)) {
+            core.hub.wake_for(&wakes);
+            opts.notifier.publish(snapshots);
         }
-        let at = list.iter().position(|e| e.input == tasks)?;
-        list.remove(at)
     }
+    Ok(outcomes)
+}
 
-    /// Remembers an enqueue call whose outcome is unknown.
-    pub(crate) fn put_enqueue(&self, unsettled: UnsettledEnqueue) {
-        let mut list = self.enqueues.lock().unwrap_or_else(|p| p.into_inner());
-        if list.len() >= MAX_ENQUEUES {
-            list.pop_front();
-        }
-        list.push_back(unsettled);
-    }
-
-    /// [`Unresolved::take_ack`] for each item, in order.
-    pub(crate) fn take_acks(&self, items: &[taskgate::AckItem]) -> Vec<LostAck> {
-        items.iter().map(|item| self.take_ack(&item.id, &item.token)).collect()
-    }
-
-    /// Takes what is remembered of an ack of `id` with `token`: what its lost attempts wrote.
-    pub(crate) fn take_ack(&self, id: &str, token: &str) -> LostAck {
-        let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
-        if acks.is_empty() {
-            return LostAck::default();
-        }
-        acks.remove(&(id.to_owned(), token.to_owned())).unwrap_or_default()
-    }
-
-    /// Remembers what attempts of an ack of `id` with `token`, whose outcome is unknown, wrote.
-    pub(crate) fn put_ack(&self, id: &str, token: &str, lost: LostAck) {
-        let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
-        if acks.len() >= MAX_ACKS {
-            if let Some(any) = acks.keys().next().cloned() {
-                acks.remove(&any);
+/// Per item, what lost attempts wrote for it: `earlier`'s, plus the `finished_at` of each
+/// attempt in `unknown` that acked it.
+fn lost_writes(earlier: Vec<LostAck>, unknown: &[Settled<AckRun>]) -> Vec<LostAck> {
+    let mut wrote = earlier;
+    for ((outcomes, now), _, _) in unknown {
+        for (i, outcome) in outcomes.iter().enumerate() {
+            if let (Ok(()), Some(now), Some(w)) = (outcome, now, wrote.get_mut(i)) {
+                w.finished.push(*now);
             }
         }
-        let entry = acks.entry((id.to_owned(), token.to_owned())).or_default();
-        entry.finished.extend(lost.finished);
-        entry.autocommit |= lost.autocommit;
+    }
+    wrote
+}
+
+/// True when item `i` came out `LeaseLost` and `lost` says a lost attempt may have acked it.
+fn suspect(
+    outcomes: &[Result<()>],
+    wrote: &[LostAck],
+    i: usize,
+    lost: impl Fn(&LostAck) -> bool,
+) -> bool {
+    matches!(outcomes.get(i), Some(Err(Error::LeaseLost { .. }))) && wrote.get(i).is_some_and(lost)
+}
+
+/// Settles the suspect items whose lost write was a one-statement ack: applied exactly when
+/// the task's `ack_token` is the item's token.
+async fn settle_by_token(
+    core: &Core,
+    chunk: &[AckItem],
+    wrote: &[LostAck],
+    outcomes: &mut [Result<()>],
+) -> Result<()> {
+    let suspects: Vec<usize> =
+        (0..chunk.len()).filter(|i| suspect(outcomes, wrote, *i, |w| w.autocommit)).collect();
+    if suspects.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = suspects.iter().map(|i| chunk[*i].id.as_str()).collect();
+    let tokens = read::ack_tokens(core, &ids).await?;
+    for i in suspects {
+        let item = &chunk[i];
+        if tokens.get(&item.id).is_some_and(|t| *t == item.token) {
+            outcomes[i] = Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Settles the suspect items a lost transaction may have acked: applied when the task is
+/// completed with exactly the `finished_at` that transaction wrote and the item's result.
+/// Returns the `finished_at` of the applied ones.
+async fn settle_by_row(
+    core: &Core,
+    chunk: &[AckItem],
+    wrote: &[LostAck],
+    outcomes: &mut [Result<()>],
+) -> Result<Vec<Timestamp>> {
+    let suspects: Vec<usize> = (0..chunk.len())
+        .filter(|i| suspect(outcomes, wrote, *i, |w| !w.finished.is_empty()))
+        .collect();
+    if suspects.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = suspects.iter().map(|i| chunk[*i].id.as_str()).collect();
+    let stored = read::by_ids(core, &ids).await?;
+    let mut applied = Vec::new();
+    for i in suspects {
+        let item = &chunk[i];
+        let Some(task) = stored.get(&item.id) else { continue };
+        let finished = task.finished_at.filter(|at| wrote[i].finished.contains(at));
+        if task.status == Status::Completed && task.result == item.result {
+            if let Some(at) = finished {
+                outcomes[i] = Ok(());
+                applied.push(at);
+            }
+        }
+    }
+    Ok(applied)
+}
+
+/// An ack call that cannot settle: each item a lost attempt may have acked is remembered,
+/// so that repeating it settles it, and the call fails as unknown when there is such an
+/// item — never with a definite error.
+fn unsettled(core: &Core, chunk: &[AckItem], wrote: &[LostAck], e: Error) -> Error {
+    let mut lost = false;
+    for (item, w) in chunk.iter().zip(wrote) {
+        if !w.is_empty() {
+            lost = true;
+            core.unresolved.put_ack(&item.id, &item.token, w.clone());
+        }
+    }
+    match e {
+        Error::Backend { source, .. } if lost && !source.is::<CommitUnknown>() => {
+            core.unknown(source)
+        }
+        e => e,
     }
 }
 
@@ -220,26 +435,5 @@ mod tests {
                 (stored.created_at, Timestamp::from_millis(90)),
             ]
         );
-    }
-
-    #[test]
-    fn unsettled_calls_are_taken_once_by_equal_input() {
-        let registry = Unresolved::default();
-        let input = vec![Task::new("t", "q")];
-        registry.put_enqueue(UnsettledEnqueue {
-            input: input.clone(),
-            ids: vec!["01J".into()],
-            attempts: Vec::new(),
-        });
-        assert!(registry.take_enqueue(&[Task::new("t", "other")]).is_none());
-        assert_eq!(registry.take_enqueue(&input).map(|e| e.ids), Some(vec!["01J".to_owned()]));
-        assert!(registry.take_enqueue(&input).is_none(), "taken once");
-        let lost = LostAck { finished: vec![Timestamp::from_millis(1)], autocommit: false };
-        registry.put_ack("a", "tok", lost.clone());
-        registry.put_ack("a", "tok", LostAck { finished: Vec::new(), autocommit: true });
-        assert_eq!(registry.take_ack("a", "other"), LostAck::default());
-        let merged = LostAck { autocommit: true, ..lost };
-        assert_eq!(registry.take_ack("a", "tok"), merged);
-        assert!(registry.take_ack("a", "tok").is_empty());
     }
 }

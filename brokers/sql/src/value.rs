@@ -56,17 +56,6 @@ impl Value {
         matches!(self, Value::TextArray(_) | Value::BytesArray(_))
     }
 
-    /// For adapters whose dialect has no array parameters: an encode error naming `backend`
-    /// when `args` hold an array (the engine never sends one there).
-    pub fn refuse_arrays(backend: &str, args: &[Value]) -> Result<(), crate::DbError> {
-        match args.iter().any(Value::is_array) {
-            false => Ok(()),
-            true => Err(crate::DbError::Encode(
-                format!("{backend} statements take no array arguments").into(),
-            )),
-        }
-    }
-
     /// Optional bytes: `None` is a bytes-typed NULL.
     pub fn opt_bytes(bytes: Option<&[u8]>) -> Value {
         bytes.map_or(Value::Null(Kind::Bytes), |b| Value::Bytes(b.to_vec()))
@@ -249,17 +238,5 @@ mod tests {
         assert_eq!(c.bytes(2).ok(), Some(None));
         assert!(c.text(5).is_err());
         assert_eq!(row[0], Value::Null(Kind::Int), "a taken column is left NULL");
-    }
-
-    #[test]
-    fn arrays_are_refused_by_name_where_the_dialect_has_none() {
-        let plain = [Value::Int(1), Value::Text("a".into()), Value::Null(Kind::Bytes)];
-        assert!(Value::refuse_arrays("sqlite", &plain).is_ok());
-        for array in [Value::TextArray(vec!["a".into()]), Value::BytesArray(vec![None])] {
-            assert!(array.is_array());
-            let err = Value::refuse_arrays("mysql", &[Value::Int(1), array])
-                .expect_err("an array argument is refused");
-            assert!(err.to_string().contains("mysql statements take no array arguments"), "{err}");
-        }
     }
 }

@@ -92,9 +92,9 @@ impl Dialect for SqliteDialect {
         // One writer connection and BEGIN IMMEDIATE: no deadlocks; SQLITE_BUSY only after
         // busy_timeout, which is the "medium unreachable" threshold. A call whose shared
         // transaction another call's failure rolled back applied nothing: it runs again.
-        match code(error).as_deref() {
-            Some(crate::group::GROUP_ABORTED) => RetryClass::Immediate,
-            _ => RetryClass::Never,
+        match crate::group::GroupError::is_aborted(error) {
+            true => RetryClass::Immediate,
+            false => RetryClass::Never,
         }
     }
 
@@ -180,7 +180,10 @@ mod tests {
 
     #[test]
     fn a_call_rolled_back_with_its_group_runs_again() {
-        let aborted = db(crate::group::GROUP_ABORTED, "shared transaction rolled back");
+        let aborted = DbError::Database(Box::new(crate::group::GroupError::Aborted));
         assert_eq!(SqliteDialect.retry_class(&aborted), RetryClass::Immediate);
+        let failed = crate::group::GroupError::Failed { code: None, message: "x".into() };
+        let failed = DbError::Database(Box::new(failed));
+        assert_eq!(SqliteDialect.retry_class(&failed), RetryClass::Never, "not by its text");
     }
 }

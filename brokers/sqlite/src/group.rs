@@ -29,17 +29,13 @@ use sqlx::{Sqlite, SqliteConnection};
 use taskgate_sql::{DbError, DbResult, Kind, Row, SqlConn, Value, WriteTx};
 use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
 
-use crate::adapter::ConnRef;
+use crate::conn::ConnRef;
 
 /// The most callers one COMMIT covers.
 pub(crate) const MAX_MEMBERS: usize = 64;
 /// The longest the first call a shared transaction covers waits for its COMMIT while others
 /// keep joining.
 pub(crate) const MAX_WAIT: Duration = Duration::from_millis(20);
-/// The extended result code of [`GroupError::aborted`]: the shared transaction was rolled back
-/// by another caller's failure; nothing of this caller was applied, so it may run again.
-pub(crate) const GROUP_ABORTED: &str = "taskgate-group-aborted";
-
 const SAVEPOINT: &str = "SAVEPOINT taskgate_member";
 const ROLLBACK_TO: &str = "ROLLBACK TO taskgate_member";
 
@@ -258,7 +254,7 @@ impl Turn {
             }
         }
         for caller in self.guard.covered.drain(..) {
-            let _ = caller.send(Err(GroupError::aborted()));
+            let _ = caller.send(Err(GroupError::Aborted));
         }
     }
 
@@ -306,7 +302,7 @@ impl Turn {
             }
         }
         let outcome = match self.guard.open.take() {
-            None => Err(GroupError::aborted()),
+            None => Err(GroupError::Aborted),
             Some(mut conn) => match sqlx::query("COMMIT").execute(&mut *conn).await {
                 Ok(_) => Ok(()),
                 Err(e) => {
@@ -407,41 +403,47 @@ impl WriteTx for GroupTx {
 }
 
 /// A shared transaction's failure, handed to every caller it covered (the driver's error
-/// is not `Clone`): the extended result code and message of the original.
+/// is not `Clone`). The dialect tells a caller to run again by this type, never by text or a
+/// made-up code ([`GroupError::is_aborted`]).
 #[derive(Clone, Debug)]
-pub(crate) struct GroupError {
-    code: Option<String>,
-    message: String,
+pub(crate) enum GroupError {
+    /// Another caller's failure rolled back the shared transaction: nothing of this caller
+    /// was applied, so it may run again.
+    Aborted,
+    /// The shared transaction failed itself (its COMMIT, say): the extended result code and
+    /// message of the original.
+    Failed { code: Option<String>, message: String },
 }
 
 impl GroupError {
-    fn aborted() -> GroupError {
-        GroupError {
-            code: Some(GROUP_ABORTED.to_owned()),
-            message: "another call's failure rolled back the shared write transaction; nothing \
-                      of this call was applied"
-                .to_owned(),
-        }
-    }
-
     fn from_db(e: &DbError) -> GroupError {
         match e {
-            DbError::Database(db) => GroupError {
+            DbError::Database(db) => GroupError::Failed {
                 code: db.code().map(|c| c.into_owned()),
                 message: db.message().to_owned(),
             },
-            other => GroupError { code: None, message: other.to_string() },
+            other => GroupError::Failed { code: None, message: other.to_string() },
         }
     }
 
     fn into_db(self) -> DbError {
         DbError::Database(Box::new(self))
     }
+
+    /// True when `e` is a caller's [`GroupError::Aborted`].
+    pub(crate) fn is_aborted(e: &DbError) -> bool {
+        match e {
+            DbError::Database(db) => {
+                matches!(db.try_downcast_ref::<GroupError>(), Some(GroupError::Aborted))
+            }
+            _ => false,
+        }
+    }
 }
 
 impl std::fmt::Display for GroupError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(self.message())
     }
 }
 
@@ -449,11 +451,20 @@ impl std::error::Error for GroupError {}
 
 impl DatabaseError for GroupError {
     fn message(&self) -> &str {
-        &self.message
+        match self {
+            GroupError::Aborted => {
+                "another call's failure rolled back the shared write transaction; nothing of \
+                 this call was applied"
+            }
+            GroupError::Failed { message, .. } => message,
+        }
     }
 
     fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
-        self.code.as_deref().map(std::borrow::Cow::Borrowed)
+        match self {
+            GroupError::Aborted => None,
+            GroupError::Failed { code, .. } => code.as_deref().map(std::borrow::Cow::Borrowed),
+        }
     }
 
     fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {

@@ -34,6 +34,7 @@
 //! for writes); it is not shared with other handles or processes.
 
 mod adapter;
+mod conn;
 mod dialect;
 mod group;
 mod migrations;
@@ -126,7 +127,7 @@ impl SqliteBroker {
         conn: &mut sqlx::SqliteConnection,
         task: &Task,
     ) -> Result<Task> {
-        self.inner.enqueue_on(&mut adapter::ConnRef(conn), task).await
+        self.inner.enqueue_on(&mut conn::ConnRef(conn), task).await
     }
 
     /// The shared engine under this broker (retry counter, test hooks).

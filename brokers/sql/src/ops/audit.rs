@@ -4,8 +4,9 @@
 use taskgate::audit::record_for;
 use taskgate::{AdminAction, AdminOutcome, AuditQuery, AuditRecord, Error, Result, Timestamp};
 
-use crate::core::{Core, Tx, TxFail};
+use crate::core::Core;
 use crate::ops::{finish, replay};
+use crate::tx::{Tx, TxFail};
 use crate::value::{Cols, DecodeError};
 use crate::{Kind, Value};
 

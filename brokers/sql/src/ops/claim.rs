@@ -11,16 +11,12 @@ use std::time::Duration;
 use taskgate::{id, ResolvedOptions, Status, Task, Timestamp};
 
 use super::decode_owned;
-use crate::core::{Core, Leaving, Tx, TxFail};
+use crate::core::Core;
 use crate::dialect::{placeholders, ClaimShape};
 use crate::row::{TaskRow, TASK_COLUMN_COUNT, TASK_KINDS};
+use crate::tx::{Tx, TxFail};
+use crate::txrun::Leaving;
 use crate::{Kind, Value};
-
-/// The tasks table as statements reading ready tasks in `run_at` order name it (the next-due
-/// probe, `queue_len`): with the dialect's index hint.
-pub(crate) fn ready_from(core: &Core) -> String {
-    format!("{{tasks}}{}", core.dialect.ready_index_hint(&core.prefix))
-}
 
 /// The tasks table as a claim's candidate read names it: with the dialect's hint for the
 /// `(queue, priority, run_at, id)` claim index.
@@ -75,7 +71,7 @@ pub(crate) fn probe_sql(core: &Core, n: usize) -> Arc<str> {
         let first = format!(
             "SELECT r.run_at AS m FROM (SELECT run_at, queue FROM {from} WHERE {ready} \
              ORDER BY run_at LIMIT 1) r WHERE r.queue NOT IN (SELECT queue FROM {{paused}})",
-            from = ready_from(core),
+            from = core.ready_from(),
             ready = core.dialect.ready_condition("= ?"),
         );
         let per_queue = vec![first; n].join(" UNION ALL ");
@@ -298,14 +294,14 @@ pub(crate) async fn claim_slot(
     core: &Core,
     max: usize,
     caller: &mut dyn Leaving,
-) -> Result<Option<crate::core::ClaimSlot>, TxFail> {
-    let Some(gate) = core.claim_gate.as_ref() else { return Ok(None) };
+) -> Result<Option<crate::inflight::ClaimSlot>, TxFail> {
+    let Some(bounds) = core.claim_bounds.as_ref() else { return Ok(None) };
     if core.has_before_commit_hook() {
         return Ok(None);
     }
     tokio::select! {
         biased;
-        permit = gate.enter(max) => Ok(permit),
+        permit = bounds.enter(max) => Ok(permit),
         () = caller.left() => Err(TxFail::Abandoned),
     }
 }

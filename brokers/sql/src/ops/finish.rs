@@ -7,8 +7,8 @@ use taskgate::{Error, Failure, Result, Status, Step};
 
 use super::propagate::propagate;
 use super::{check_token, finalize, lock_task, release, write_row, Also};
-use crate::core::{Tx, TxFail};
 use crate::row::TaskRow;
+use crate::tx::{Tx, TxFail};
 use crate::Value;
 
 /// Locks `id` and checks `token`; returns the row.

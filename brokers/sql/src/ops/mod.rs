@@ -1,4 +1,4 @@
-//! The broker operations, written once against [`Tx`](crate::core::Tx): lock the rows, decide
+//! The broker operations, written once against [`Tx`](crate::tx::Tx): lock the rows, decide
 //! with the core's pure functions, write, propagate. Helpers shared by several operations live
 //! here.
 
@@ -15,9 +15,10 @@ pub(crate) mod replay;
 
 use taskgate::{Error, ResolvedOptions, Status, Timestamp};
 
-use crate::core::{args_bytes, Core, Tx, TxFail};
+use crate::core::{args_bytes, Core};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_COLUMN_COUNT, TASK_KINDS};
+use crate::tx::{Tx, TxFail};
 use crate::{Kind, Row, Value};
 
 /// True when a write that is one statement may run as a transaction of its own

@@ -9,7 +9,7 @@ use taskgate::decide::{decide_on_parent_final, texts, ChildAction};
 use taskgate::Status;
 
 use super::{finalize, lock_tasks, write_row, Also};
-use crate::core::{Tx, TxFail};
+use crate::tx::{Tx, TxFail};
 use crate::{Kind, Value};
 
 /// Propagates the terminal statuses of `finished` (`(id, status)` pairs) through the tree.

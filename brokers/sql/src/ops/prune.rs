@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 use taskgate::{PruneRequest, Status};
 
 use super::lock_statuses;
-use crate::core::{Tx, TxFail};
 use crate::dialect::placeholders;
+use crate::tx::{Tx, TxFail};
 use crate::value::Cols;
 use crate::{Kind, Value};
 

@@ -151,7 +151,7 @@ pub(crate) async fn queue_len(core: &Core, queue: &str) -> Result<u64> {
         return Ok(0); // No queue is named with a NUL (contract §E7.3).
     }
     let sql = core.sql_sized("queue_len", (0, 0), || {
-        let from = super::claim::ready_from(core);
+        let from = core.ready_from();
         format!("SELECT COUNT(*) FROM {from} WHERE {}", core.dialect.ready_condition("= ?"))
     });
     let rows = read(core, &sql, &[Value::from(queue)], &[Kind::Int]).await?;

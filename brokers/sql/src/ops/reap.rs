@@ -11,9 +11,9 @@ use taskgate::Status;
 use super::propagate::propagate;
 use super::replay::rearm_edges;
 use super::{decode_all, finalize, lock_statuses_skip, release, write_row, Also};
-use crate::core::{Tx, TxFail};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_KINDS};
+use crate::tx::{Tx, TxFail};
 use crate::value::Cols;
 use crate::{Kind, Value};
 

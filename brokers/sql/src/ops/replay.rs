@@ -4,8 +4,8 @@ use taskgate::decide::{check_replay, check_resume, resume_decision};
 use taskgate::{id, Error, ReplayRequest, Status, Task};
 
 use super::{decode_all, lock_statuses, lock_task, mark_has_children, release, write_row, Also};
-use crate::core::{Tx, TxFail};
 use crate::row::{TaskRow, TASK_KINDS};
+use crate::tx::{Tx, TxFail};
 use crate::{Kind, Value};
 
 /// Locks the replay target: by ID, or the key's chain tail ("the row no row replays").

@@ -1,16 +1,17 @@
-//! [`ConnectGate`]: an unreachable server is reported at once, with the driver's cause.
+//! [`Reachability`]: whether an adapter's server can be reached — an unreachable server is
+//! reported at once, with the driver's cause.
 //!
 //! sqlx's pool retries a refused connection with back-off until its acquire timeout (30 s by
 //! default) and then reports only "pool timed out", hiding "connection refused". So an adapter
-//! takes its pooled connections through the gate ([`ConnectGate::acquire`]):
+//! takes its pooled connections through a reachability check ([`Reachability::acquire`]):
 //!
 //! * before the first connection, and after a call found a connection or the server gone, the
-//!   gate opens one connection of its own (the probe, set up like a pooled one) and returns
+//!   check opens one connection of its own (the probe, set up like a pooled one) and returns
 //!   the probe's error, whatever it is, instead of waiting for the pool;
-//! * while the server is known reachable the gate costs an atomic load — unless the pool keeps
+//! * while the server is known reachable the check costs an atomic load — unless the pool keeps
 //!   a caller waiting while no statement has succeeded for a moment ([`SLOW_ACQUIRE`]): the
 //!   pool may be retrying a server that went away since (its idle connections died unseen),
-//!   so the gate probes then, and a probe that cannot reach the server (an I/O error) ends the
+//!   so it probes then, and a probe that cannot reach the server (an I/O error) ends the
 //!   wait with its cause. A busy pool keeps its callers waiting as before: its statements keep
 //!   succeeding, and a probe the server answers (even with "too many connections") lets the
 //!   wait go on.
@@ -21,29 +22,29 @@ use std::time::{Duration, Instant};
 
 use crate::{DbError, DbResult};
 
-/// How long an acquire may wait, with no statement succeeding meanwhile, before the gate
-/// checks that the server can still be reached.
+/// How long an acquire may wait, with no statement succeeding meanwhile, before the
+/// reachability check makes sure that the server can still be reached.
 pub const SLOW_ACQUIRE: Duration = Duration::from_millis(200);
 
 /// Tells an adapter whether its server was reachable lately, and finds out when it does not
 /// know (module docs).
 #[derive(Debug)]
-pub struct ConnectGate {
+pub struct Reachability {
     reachable: AtomicBool,
     probing: tokio::sync::Mutex<()>,
     timeout: Duration,
     origin: Instant,
     /// When a statement last succeeded (ms since `origin`).
     last_contact_ms: AtomicU64,
-    /// How many probes failed so far ([`ConnectGate::failed_probes`]).
+    /// How many probes failed so far ([`Reachability::failed_probes`]).
     failed_probes: AtomicU64,
 }
 
-impl ConnectGate {
-    /// A gate that knows nothing yet; a probe that takes longer than `timeout` (a server that
+impl Reachability {
+    /// A check that knows nothing yet; a probe that takes longer than `timeout` (a server that
     /// never answers) fails with an I/O error (`TimedOut`) naming the wait.
-    pub fn new(timeout: Duration) -> ConnectGate {
-        ConnectGate {
+    pub fn new(timeout: Duration) -> Reachability {
+        Reachability {
             reachable: AtomicBool::new(false),
             probing: tokio::sync::Mutex::new(()),
             timeout,
@@ -68,8 +69,8 @@ impl ConnectGate {
         Duration::from_millis(self.now_ms().saturating_sub(last))
     }
 
-    /// `Ok` when the server was reachable since the last [`ConnectGate::lost`]; otherwise runs
-    /// `probe` (one at a time per gate: concurrent callers wait for it and probe again only if
+    /// `Ok` when the server was reachable since the last [`Reachability::lost`]; otherwise runs
+    /// `probe` (one at a time per check: concurrent callers wait for it and probe again only if
     /// it failed) and returns its error, or records the server as reachable.
     pub async fn check<F, Fut>(&self, probe: F) -> DbResult<()>
     where
@@ -93,7 +94,7 @@ impl ConnectGate {
     }
 
     /// Runs one connection attempt made outside the pool (the probe, a migration session),
-    /// giving up after the gate's timeout with an I/O error (`TimedOut`) that names it:
+    /// giving up after the check's timeout with an I/O error (`TimedOut`) that names it:
     /// "the server did not answer a connection attempt within 10 s (the connect timeout)".
     pub async fn within<T, Fut>(&self, connect: Fut) -> DbResult<T>
     where
@@ -112,7 +113,7 @@ impl ConnectGate {
         }
     }
 
-    /// How many of the gate's probes have failed. An adapter that retries a call on a fresh
+    /// How many of the probes have failed. An adapter that retries a call on a fresh
     /// connection after a dead pooled one reads it before each attempt and stops when it grew:
     /// the server cannot be reached, and every further attempt would only wait for another
     /// probe (a silent server: the whole connect timeout each time).
@@ -120,22 +121,22 @@ impl ConnectGate {
         self.failed_probes.load(Ordering::Acquire)
     }
 
-    /// How long one connection attempt may take before the gate gives up on it.
+    /// How long one connection attempt may take before the check gives up on it.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
 
     /// Records that a call found the connection or the server gone: the next
-    /// [`ConnectGate::check`] probes.
+    /// [`Reachability::check`] probes.
     pub fn lost(&self) {
         self.reachable.store(false, Ordering::Release);
     }
 
     /// Waits for `acquire` (taking a pooled connection, or beginning a transaction on one)
-    /// the gate's way (module docs): the server checked first, and checked again while the
+    /// the checked way (module docs): the server checked first, and checked again while the
     /// wait is long and nothing succeeds; a failing check ends the wait with its error. A
     /// failed `acquire` records the server as lost and, when the pool said only that it timed
-    /// out, is explained by a probe ([`ConnectGate::explain`]).
+    /// out, is explained by a probe ([`Reachability::explain`]).
     pub async fn acquire<T, A, P, PFut>(&self, acquire: A, probe: P) -> DbResult<T>
     where
         A: Future<Output = DbResult<T>>,
@@ -216,65 +217,65 @@ mod tests {
 
     #[tokio::test]
     async fn probes_until_reachable_then_only_after_a_loss() {
-        let gate = ConnectGate::new(Duration::from_secs(5));
+        let reach = Reachability::new(Duration::from_secs(5));
         let probes = AtomicUsize::new(0);
         let failing = || async {
             probes.fetch_add(1, Ordering::SeqCst);
             Err(refused())
         };
-        let e = gate.check(failing).await.err().map(|e| e.to_string());
+        let e = reach.check(failing).await.err().map(|e| e.to_string());
         assert!(e.is_some_and(|e| e.contains("refused")));
         let working = || async {
             probes.fetch_add(1, Ordering::SeqCst);
             Ok(())
         };
-        assert!(gate.check(working).await.is_ok());
-        assert!(gate.check(working).await.is_ok());
+        assert!(reach.check(working).await.is_ok());
+        assert!(reach.check(working).await.is_ok());
         assert_eq!(probes.load(Ordering::SeqCst), 2, "no probe while reachable");
-        gate.lost();
-        assert!(gate.check(working).await.is_ok());
+        reach.lost();
+        assert!(reach.check(working).await.is_ok());
         assert_eq!(probes.load(Ordering::SeqCst), 3, "a probe after a loss");
     }
 
     #[tokio::test]
     async fn a_pool_timeout_is_explained_by_the_probe() {
-        let gate = ConnectGate::new(Duration::from_secs(5));
-        let explained = gate.explain(DbError::PoolTimedOut, || async { Err(refused()) }).await;
+        let reach = Reachability::new(Duration::from_secs(5));
+        let explained = reach.explain(DbError::PoolTimedOut, || async { Err(refused()) }).await;
         assert!(explained.to_string().contains("refused"), "{explained}");
-        let busy = gate.explain(DbError::PoolTimedOut, || async { Ok(()) }).await;
+        let busy = reach.explain(DbError::PoolTimedOut, || async { Ok(()) }).await;
         assert!(matches!(busy, DbError::PoolTimedOut), "a busy pool stays a pool timeout");
-        let other = gate.explain(DbError::RowNotFound, || async { Err(refused()) }).await;
+        let other = reach.explain(DbError::RowNotFound, || async { Err(refused()) }).await;
         assert!(matches!(other, DbError::RowNotFound));
     }
 
     #[tokio::test]
     async fn a_long_wait_with_nothing_succeeding_ends_when_the_probe_fails() {
-        let gate = ConnectGate::new(Duration::from_secs(5));
-        assert!(gate.check(|| async { Ok(()) }).await.is_ok(), "reachable at first");
+        let reach = Reachability::new(Duration::from_secs(5));
+        assert!(reach.check(|| async { Ok(()) }).await.is_ok(), "reachable at first");
         let waiting =
-            gate.acquire(std::future::pending::<DbResult<()>>(), || async { Err(refused()) });
+            reach.acquire(std::future::pending::<DbResult<()>>(), || async { Err(refused()) });
         let e = tokio::time::timeout(Duration::from_secs(5), waiting).await;
         assert!(e.is_ok_and(|r| r.is_err_and(|e| e.to_string().contains("refused"))));
-        let ok = gate.acquire(async { Ok(7) }, || async { Ok(()) }).await;
+        let ok = reach.acquire(async { Ok(7) }, || async { Ok(()) }).await;
         assert_eq!(ok.ok(), Some(7), "reachable again after a probe that connects");
     }
 
     #[tokio::test]
     async fn a_long_wait_goes_on_while_the_server_answers() {
-        let gate = ConnectGate::new(Duration::from_secs(5));
-        assert!(gate.check(|| async { Ok(()) }).await.is_ok());
+        let reach = Reachability::new(Duration::from_secs(5));
+        assert!(reach.check(|| async { Ok(()) }).await.is_ok());
         let busy = async {
             tokio::time::sleep(SLOW_ACQUIRE * 3).await;
             Ok(1)
         };
         let full = || async { Err(DbError::Protocol("too many connections".into())) };
-        assert_eq!(gate.acquire(busy, full).await.ok(), Some(1), "waited through the probe");
+        assert_eq!(reach.acquire(busy, full).await.ok(), Some(1), "waited through the probe");
     }
 
     #[tokio::test]
     async fn a_probe_that_never_answers_fails_after_the_timeout() {
-        let gate = ConnectGate::new(Duration::from_millis(10));
-        let e = gate.check(std::future::pending::<DbResult<()>>).await;
+        let reach = Reachability::new(Duration::from_millis(10));
+        let e = reach.check(std::future::pending::<DbResult<()>>).await;
         let text = e.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(text.contains("did not answer a connection attempt within 10 ms"), "{text}");
     }

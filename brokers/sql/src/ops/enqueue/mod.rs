@@ -1,6 +1,8 @@
 //! Enqueue (contract §3.4, §5.1, §5.2): key pre-check, preset-ID check, parents locked and
 //! checked, the submit decision, the row and its distinct-parent edges.
 
+pub(crate) mod choose;
+
 use std::collections::HashSet;
 
 use taskgate::decide::{submit_decision, SubmitDecision};
@@ -8,9 +10,11 @@ use taskgate::wake::Wakes;
 use taskgate::{id, Error, ExistingTask, Status, Task, Timestamp};
 
 use super::{id_status, lock_statuses, mark_has_children};
-use crate::core::{args_bytes, Core, Settled, Tx, TxFail};
+use crate::core::{args_bytes, Core};
 use crate::dialect::placeholders;
 use crate::row::{TaskRow, TASK_COLUMN_COUNT};
+use crate::tx::{Tx, TxFail};
+use crate::unresolved::Settled;
 use crate::{DbError, Kind, Value};
 
 /// True for a task [`enqueue_plain`] may store: no business key and no parents.
@@ -349,7 +353,8 @@ fn stamp(row: &mut TaskRow, now: Timestamp) {
 }
 
 /// The comment that opens the one-statement enqueue's SQL ([`enqueue_autocommit`]): the
-/// `cutproxy` test proxy finds that statement's commit by it.
+/// test proxy that cuts connections finds that statement's commit by it
+/// (`test_hooks::ONE_STATEMENT_ENQUEUE`).
 pub(crate) const AUTOCOMMIT_ENQUEUE_MARKER: &str = "/* taskgate: one-statement enqueue */";
 
 /// True when `task` may be stored by [`enqueue_autocommit`]: [plain](is_plain) (no business
@@ -368,7 +373,7 @@ fn one_statement_row(task: &Task, id: &str, now: Option<Timestamp>) -> TaskRow {
 }
 
 /// What an [`enqueue_autocommit`] of `task` under `id` whose answer was lost may have written,
-/// as a lost attempt for the enqueue's settle ([`TxRun::settle`](crate::core::TxRun)): the
+/// as a lost attempt for the enqueue's settle ([`TxRun::settle`](crate::txrun::TxRun)): the
 /// stored task (with a zero `created_at` when the server's time was to be read: the settle
 /// then compares without it and takes it from the row, [`crate::resolve::same_submission`])
 /// and the wake-up of its queue.

@@ -2,8 +2,7 @@
 //! cuts the connection at a transaction's `COMMIT` — right before forwarding it (the server
 //! never sees it: the transaction rolls back) or right after the server answered it (the
 //! transaction committed, the client never hears so). It can also stop accepting, so the
-//! server looks unreachable (connection refused), and accept again on the same port. Feature
-//! `test-hooks`.
+//! server looks unreachable (connection refused), and accept again on the same port.
 //!
 //! It recognises the `COMMIT` that sqlx sends as a plain-text query: PostgreSQL's simple
 //! `Query` message ([`PG_COMMIT`]) and MySQL's `COM_QUERY` packet ([`MYSQL_COMMIT`]). On
@@ -12,21 +11,18 @@
 //! prepared statements whose `Parse` carries one of their marker comments, and treats the
 //! `Bind` of one as that statement's commit (the server runs it and commits at the `Sync`
 //! after it, before it answers). The connection must not be encrypted (`sslmode=disable`,
-//! `ssl-mode=disabled`), and a `COMMIT` split across two reads is not seen (sqlx writes it in one piece; a test
+//! `ssl-mode=disabled`), and a `COMMIT` split across two reads is not seen (sqlx writes it in one
+//! piece; a test
 //! asserts [`CutProxy::cuts`] so a missed one fails it).
 //!
-//! The checks every server backend runs through it are here too, written once:
-//! [`check_commit_cuts`], [`check_unresolved_commits`], [`check_unreachable_fails_fast`].
+//! The checks every server backend runs through it are in `checks.rs`, written once.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use taskgate::{AckItem, BoxError, BoxFuture, Broker, ErrorKind, Filter, Status, Task};
-
+use taskgate_sql::test_hooks::{ONE_STATEMENT_ACK, ONE_STATEMENT_CLAIM, ONE_STATEMENT_ENQUEUE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -319,11 +315,11 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
 /// opens with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OneStatement {
-    /// [`AUTOCOMMIT_ACK_MARKER`](crate::ops::ack::AUTOCOMMIT_ACK_MARKER).
+    /// [`ONE_STATEMENT_ACK`].
     Ack,
-    /// [`AUTOCOMMIT_ENQUEUE_MARKER`](crate::ops::enqueue::AUTOCOMMIT_ENQUEUE_MARKER).
+    /// [`ONE_STATEMENT_ENQUEUE`].
     Enqueue,
-    /// [`AUTOCOMMIT_CLAIM_MARKER`](crate::ops::claim::AUTOCOMMIT_CLAIM_MARKER).
+    /// [`ONE_STATEMENT_CLAIM`].
     Claim,
 }
 
@@ -331,9 +327,9 @@ impl OneStatement {
     /// The write whose marker `query` carries, if any.
     fn of(query: &[u8]) -> Option<OneStatement> {
         let markers = [
-            (crate::ops::ack::AUTOCOMMIT_ACK_MARKER, OneStatement::Ack),
-            (crate::ops::enqueue::AUTOCOMMIT_ENQUEUE_MARKER, OneStatement::Enqueue),
-            (crate::ops::claim::AUTOCOMMIT_CLAIM_MARKER.trim_end(), OneStatement::Claim),
+            (ONE_STATEMENT_ACK, OneStatement::Ack),
+            (ONE_STATEMENT_ENQUEUE, OneStatement::Enqueue),
+            (ONE_STATEMENT_CLAIM, OneStatement::Claim),
         ];
         markers.into_iter().find(|(m, _)| find(query, m.as_bytes()).is_some()).map(|(_, w)| w)
     }
@@ -431,379 +427,6 @@ pub async fn start_for_url(url: &str) -> std::io::Result<(CutProxy, String)> {
     Ok((proxy, proxied))
 }
 
-/// Runs `call` with the proxy armed to cut the next `COMMIT` at `cut`; the call must answer
-/// within 60 s (a hang detector) with `Ok`, and exactly one `COMMIT` must have been cut.
-async fn cut_call<T>(
-    proxy: &CutProxy,
-    cut: Cut,
-    what: &str,
-    call: impl Future<Output = taskgate::Result<T>>,
-) -> Result<T, BoxError> {
-    let before = proxy.cuts();
-    proxy.arm(cut);
-    let answer = tokio::time::timeout(HANG, call).await;
-    let result = answer.map_err(|_| format!("{what} ({cut:?}): no answer within {HANG:?}"))?;
-    let value = result.map_err(|e| format!("{what} ({cut:?}) returned an error: {e}"))?;
-    let cuts = proxy.cuts() - before;
-    if cuts != 1 {
-        return Err(format!("{what} ({cut:?}): the proxy cut {cuts} COMMITs, not 1").into());
-    }
-    Ok(value)
-}
-
-/// How long a test waits for any one call (a hang detector, not a timing assertion).
-const HANG: Duration = Duration::from_secs(60);
-
-/// The IDs of every task in `queue`, sorted.
-async fn ids_in(direct: &dyn Broker, queue: &str) -> Result<Vec<String>, BoxError> {
-    let filter = Filter { queue: queue.to_owned(), ..Filter::default() };
-    let mut ids: Vec<String> = direct.list(&filter).await?.into_iter().map(|t| t.id).collect();
-    ids.sort();
-    Ok(ids)
-}
-
-/// For `enqueue` (generated ID; preset ID with a business key), `enqueue_many` (three tasks,
-/// one depending on another) and `ack` (one item and two), each with its `COMMIT` cut before it
-/// reached the server and again after the server applied it, the call through the proxy
-/// returns the truth — `Ok`, the stored snapshots, every ack item `Ok` — and `direct` (a
-/// handle straight on the server) finds every task exactly once, acked ones completed with
-/// their result.
-pub async fn check_commit_cuts(
-    through: &dyn Broker,
-    direct: &dyn Broker,
-    proxy: &CutProxy,
-) -> Result<(), BoxError> {
-    for (round, cut) in [Cut::BeforeCommit, Cut::AfterCommit].into_iter().enumerate() {
-        let q = format!("cut{round}");
-        let one = Task::new("one", q.as_str()).with_payload(format!("one-{round}"));
-        let one = cut_call(proxy, cut, "enqueue", through.enqueue(&one)).await?;
-        let keyed = Task::new("keyed", q.as_str())
-            .with_id(format!("k{round}"))
-            .with_business_key(format!("key-{round}"));
-        cut_call(proxy, cut, "enqueue with a preset ID and a key", through.enqueue(&keyed)).await?;
-        let first = format!("m{round}");
-        let many = [
-            Task::new("many", q.as_str()).with_id(first.clone()),
-            Task::new("many", q.as_str()).with_payload(b"second".to_vec()),
-            Task::new("many", q.as_str()).with_depends_on([first.clone()]),
-        ];
-        let stored = cut_call(proxy, cut, "enqueue_many", through.enqueue_many(&many)).await?;
-        let mut expected: Vec<String> = stored.iter().map(|t| t.id.clone()).collect();
-        expected.extend([one.id.clone(), format!("k{round}")]);
-        expected.sort();
-        if stored.len() != 3 || ids_in(direct, &q).await? != expected {
-            let found = ids_in(direct, &q).await?;
-            return Err(
-                format!("{cut:?}: stored {found:?}, the calls returned {expected:?}").into()
-            );
-        }
-        let claimed = direct.dequeue_many(&[q.as_str()], 3).await?;
-        let [a, b, c] = claimed.as_slice() else {
-            return Err(format!("{cut:?}: claimed {} tasks, not 3", claimed.len()).into());
-        };
-        let result = Some(b"acked".to_vec());
-        cut_call(proxy, cut, "ack", through.ack(&a.id, &a.lease_token, result.clone())).await?;
-        let items: Vec<AckItem> = [b, c]
-            .iter()
-            .map(|t| AckItem { id: t.id.clone(), token: t.lease_token.clone(), result: None })
-            .collect();
-        let outcomes = cut_call(proxy, cut, "ack_many", through.ack_many(&items)).await?;
-        for (item, outcome) in items.iter().zip(outcomes) {
-            outcome.map_err(|e| format!("ack_many ({cut:?}) item {}: {e}", item.id))?;
-        }
-        let done = direct.get(&a.id).await?;
-        if (done.status, done.result) != (Status::Completed, result) {
-            return Err(format!("{cut:?}: {} after its ack is {}", a.id, done.status).into());
-        }
-        for t in [b, c] {
-            let status = direct.get(&t.id).await?.status;
-            if status != Status::Completed {
-                return Err(format!("{cut:?}: {} after ack_many is {status}", t.id).into());
-            }
-        }
-        if ids_in(direct, &q).await? != expected {
-            return Err(format!("{cut:?}: the acks changed which tasks exist").into());
-        }
-    }
-    Ok(())
-}
-
-/// The server stays unreachable after a `COMMIT` it applied but whose answer was lost: the
-/// `enqueue` and the `ack` through the proxy report a storage failure (their outcome is
-/// unknown) instead of hanging, and once the server is back, repeating the same call returns
-/// the truth without a duplicate: the task exists once, under the ID the repeat returns, and
-/// the repeated ack is `Ok` with the task completed.
-pub async fn check_unresolved_commits(
-    through: &dyn Broker,
-    direct: &dyn Broker,
-    proxy: &CutProxy,
-) -> Result<(), BoxError> {
-    let q = "unresolved";
-    let task = Task::new("lost", q).with_payload(b"lost".to_vec());
-    let before = proxy.cuts();
-    proxy.arm(Cut::AfterCommitThenRefuse);
-    let first = tokio::time::timeout(HANG, through.enqueue(&task)).await;
-    match first.map_err(|_| "enqueue on an unreachable server hung")? {
-        Err(e) if is_commit_unknown(&e) => {}
-        other => return Err(format!("enqueue while unreachable: {other:?}").into()),
-    }
-    if proxy.cuts() != before + 1 {
-        return Err("the enqueue's COMMIT was not cut".into());
-    }
-    proxy.resume().await?;
-    let again = tokio::time::timeout(HANG, through.enqueue(&task)).await.map_err(|_| "hung")??;
-    let found = ids_in(direct, q).await?;
-    if found != [again.id.clone()] {
-        return Err(format!("after the repeat {q} holds {found:?}, not [{}]", again.id).into());
-    }
-
-    let claimed = direct.dequeue(&[q]).await?;
-    let result = Some(b"done".to_vec());
-    proxy.arm(Cut::AfterCommitThenRefuse);
-    let first = through.ack(&claimed.id, &claimed.lease_token, result.clone());
-    match tokio::time::timeout(HANG, first).await.map_err(|_| "ack while unreachable hung")? {
-        Err(e) if is_commit_unknown(&e) => {}
-        other => return Err(format!("ack while unreachable: {other:?}").into()),
-    }
-    proxy.resume().await?;
-    let again = through.ack(&claimed.id, &claimed.lease_token, result.clone());
-    tokio::time::timeout(HANG, again).await.map_err(|_| "hung")??;
-    let done = direct.get(&claimed.id).await?;
-    if (done.status, done.result) != (Status::Completed, result) {
-        return Err(format!("the repeated ack left {} {}", claimed.id, done.status).into());
-    }
-    Ok(())
-}
-
-/// True when `e` says the write's outcome is unknown: `Backend` with a
-/// [`CommitUnknown`](crate::CommitUnknown) source — the one error after which a write may or
-/// may not have been applied.
-pub fn is_commit_unknown(e: &taskgate::Error) -> bool {
-    std::error::Error::source(e).is_some_and(|s| s.is::<crate::CommitUnknown>())
-}
-
-/// The server's answer to a write is lost and the server refuses connections for `OUTAGE`
-/// (a restart): `enqueue` and `ack` through the proxy keep trying to find out and return the
-/// truth once it is back — the task stored once under the ID returned, the ack `Ok` with the
-/// task completed — never a definite error for a write that was applied.
-pub async fn check_lost_answer_then_outage(
-    through: &dyn Broker,
-    direct: &dyn Broker,
-    proxy: &CutProxy,
-) -> Result<(), BoxError> {
-    let q = "outage";
-    let task = Task::new("lost", q).with_payload(b"lost".to_vec());
-    proxy.arm(Cut::AfterCommitThenRefuse);
-    let (stored, ()) = tokio::join!(
-        tokio::time::timeout(HANG, through.enqueue(&task)),
-        resume_after(proxy, OUTAGE)
-    );
-    let stored = stored.map_err(|_| "enqueue across an outage hung")?;
-    let stored = stored.map_err(|e| format!("enqueue across a {OUTAGE:?} outage: {e}"))?;
-    let found = ids_in(direct, q).await?;
-    if found != [stored.id.clone()] {
-        return Err(format!("{q} holds {found:?}, the enqueue returned {}", stored.id).into());
-    }
-    let claimed = direct.dequeue(&[q]).await?;
-    let result = Some(b"done".to_vec());
-    proxy.arm(Cut::AfterCommitThenRefuse);
-    let (acked, ()) = tokio::join!(
-        tokio::time::timeout(HANG, through.ack(&claimed.id, &claimed.lease_token, result.clone())),
-        resume_after(proxy, OUTAGE)
-    );
-    acked
-        .map_err(|_| "ack across an outage hung")?
-        .map_err(|e| format!("ack across a {OUTAGE:?} outage: {e}"))?;
-    let done = direct.get(&claimed.id).await?;
-    if (done.status, done.result) != (Status::Completed, result) {
-        return Err(format!("the ack across an outage left {} {}", claimed.id, done.status).into());
-    }
-    Ok(())
-}
-
-/// Every other write is not settled: a `COMMIT` whose answer is lost makes `heartbeat`,
-/// `save_step`, `fail` and `cancel` through the proxy return `CommitUnknown` (the one error
-/// after which a write may have been applied), and `direct` finds each of them applied.
-pub async fn check_other_writes_report_unknown(
-    through: &dyn Broker,
-    direct: &dyn Broker,
-    proxy: &CutProxy,
-) -> Result<(), BoxError> {
-    let q = "others";
-    for id in ["hb", "st", "fl"] {
-        direct.enqueue(&Task::new("other", q).with_id(id)).await?;
-    }
-    let claimed = direct.dequeue_many(&[q], 3).await?;
-    // Enqueued after the claim, so that no equal timestamp can order it before the others.
-    direct.enqueue(&Task::new("other", q).with_id("cn")).await?;
-    let token = |id: &str| claimed.iter().find(|t| t.id == id).map(|t| t.lease_token.clone());
-    let (Some(hb), Some(st), Some(fl)) = (token("hb"), token("st"), token("fl")) else {
-        return Err(format!("claimed {:?}, not hb, st and fl", ids(&claimed)).into());
-    };
-    let calls: [(&str, BoxFuture<'_, taskgate::Result<()>>); 4] = [
-        ("heartbeat", Box::pin(through.heartbeat("hb", &hb))),
-        ("save_step", Box::pin(through.save_step("st", &st, step("one")))),
-        ("fail", Box::pin(through.fail("fl", &fl, taskgate::Failure::skip("lost")))),
-        ("cancel", Box::pin(through.cancel("cn"))),
-    ];
-    for (what, call) in calls {
-        proxy.arm(Cut::AfterCommit);
-        match tokio::time::timeout(HANG, call).await.map_err(|_| format!("{what} hung"))? {
-            Err(e) if is_commit_unknown(&e) => {}
-            other => return Err(format!("{what} with its answer lost: {other:?}").into()),
-        }
-    }
-    let saved = direct.get("st").await?;
-    if (saved.steps, saved.message.as_str()) != (1, "one") {
-        return Err(format!("the lost save_step was not applied: {saved:?}").into());
-    }
-    for (id, status) in [("fl", Status::Failed), ("cn", Status::Canceled)] {
-        let got = direct.get(id).await?.status;
-        if got != status {
-            return Err(format!("{id} is {got} after its lost write, not {status}").into());
-        }
-    }
-    Ok(())
-}
-
-/// A step with progress note `message`.
-fn step(message: &str) -> taskgate::Step {
-    taskgate::Step { message: message.to_owned(), ..taskgate::Step::default() }
-}
-
-/// The IDs of `tasks`.
-fn ids(tasks: &[Task]) -> Vec<&str> {
-    tasks.iter().map(|t| t.id.as_str()).collect()
-}
-
-/// How long [`check_lost_answer_then_outage`] keeps the server away: well inside the window
-/// in which a write keeps trying to find out (5 s).
-const OUTAGE: Duration = Duration::from_secs(1);
-
-/// Waits until the armed cut happened, then `outage`, then accepts again.
-async fn resume_after(proxy: &CutProxy, outage: Duration) {
-    let before = proxy.cuts();
-    let deadline = tokio::time::Instant::now() + HANG;
-    while proxy.cuts() == before && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    tokio::time::sleep(outage).await;
-    let _ = proxy.resume().await;
-}
-
-/// How a server backend's tests open a handle on a URL for [`check_connect_bounds`]: with
-/// `connect` (which reaches the server) or `connect_lazy` (which does not), and the connect
-/// timeout to set, if any.
-pub struct Connectors {
-    /// `url` with `user@127.0.0.1:port` for a port.
-    pub url: fn(u16) -> String,
-    /// `Options::from_url(url)`, the timeout set, `.connect()`; the handle dropped.
-    pub connect: fn(String, Option<Duration>) -> BoxFuture<'static, taskgate::Result<()>>,
-    /// `Options::from_url(url)`, the timeout set, `.connect_lazy()`.
-    pub lazy: fn(String, Option<Duration>) -> taskgate::Result<Arc<dyn Broker>>,
-}
-
-/// The bound issue 38 sets: a refused connection is reported well within it.
-const AT_ONCE: Duration = Duration::from_secs(5);
-/// The connect timeout the silent-server check configures.
-const SILENT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// How long connecting may take (issue 38), on real sockets: a refused connection (a port
-/// bound and released) is reported at once with its cause by `connect` and by `init` after
-/// `connect_lazy` (again when repeated), and `close` does not wait; a server that accepts TCP
-/// and never answers is given up after the configured connect timeout (1 s) by both, with an
-/// error that names it ("did not answer a connection attempt within 1 s"). Returns the four
-/// times measured.
-pub async fn check_connect_bounds(c: &Connectors) -> Result<[Duration; 4], BoxError> {
-    let url = (c.url)(closed_port()?);
-    let cause = "Connection refused";
-    let started = std::time::Instant::now();
-    let connect = tokio::time::timeout(AT_ONCE, (c.connect)(url.clone(), None)).await;
-    let refused_connect = expect_failure("connect", connect, started, cause, AT_ONCE)?;
-    let lazy = (c.lazy)(url, None)?;
-    let started = std::time::Instant::now();
-    let init = tokio::time::timeout(AT_ONCE, lazy.init(Default::default())).await;
-    let refused_init = expect_failure("connect_lazy + init", init, started, cause, AT_ONCE)?;
-    // A call after a failed init still names the cause at once.
-    let started = std::time::Instant::now();
-    let again = tokio::time::timeout(AT_ONCE, lazy.init(Default::default())).await;
-    expect_failure("init again", again, started, cause, AT_ONCE)?;
-    let close = tokio::time::timeout(AT_ONCE, lazy.close()).await;
-    close.map_err(|_| "close of a handle that never connected hung")??;
-
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
-    let url = (c.url)(listener.local_addr()?.port());
-    let silent = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    let cause = "did not answer a connection attempt within 1 s";
-    let bound = SILENT_TIMEOUT + AT_ONCE;
-    let started = std::time::Instant::now();
-    let connect = tokio::time::timeout(bound, (c.connect)(url.clone(), Some(SILENT_TIMEOUT))).await;
-    let silent_connect = expect_failure("connect", connect, started, cause, bound)?;
-    let lazy = (c.lazy)(url, Some(SILENT_TIMEOUT))?;
-    let started = std::time::Instant::now();
-    let init = tokio::time::timeout(bound, lazy.init(Default::default())).await;
-    let silent_init = expect_failure("connect_lazy + init", init, started, cause, bound)?;
-    for (what, took) in [("connect", silent_connect), ("init", silent_init)] {
-        if took < SILENT_TIMEOUT {
-            return Err(format!("{what} gave up after {took:?}, before its timeout").into());
-        }
-    }
-    let close = tokio::time::timeout(bound, lazy.close()).await;
-    close.map_err(|_| "close after a silent server hung")??;
-    silent.abort();
-    Ok([refused_connect, refused_init, silent_connect, silent_init])
-}
-
-/// `result` must be a `Backend` error whose text contains `cause`, within `bound` of
-/// `started`; returns how long it took.
-fn expect_failure<T: std::fmt::Debug>(
-    what: &str,
-    result: Result<taskgate::Result<T>, tokio::time::error::Elapsed>,
-    started: std::time::Instant,
-    cause: &str,
-    bound: Duration,
-) -> Result<Duration, BoxError> {
-    let took = started.elapsed();
-    match result.map_err(|_| format!("{what}: no answer within {bound:?}"))? {
-        Err(e) if e.is(ErrorKind::Backend) && e.to_string().contains(cause) => {}
-        other => {
-            let got = format!("{other:?}");
-            return Err(
-                format!("{what}: expected a Backend error naming {cause:?}, got {got}").into()
-            );
-        }
-    }
-    if took >= bound {
-        return Err(format!("{what} took {took:?}, more than {bound:?}").into());
-    }
-    Ok(took)
-}
-
-/// After `init`, the server becomes unreachable (the proxy refuses connections and drops the
-/// open ones): the next call fails within the hang bound with the driver's cause
-/// ("Connection refused") in the error's text, and calls succeed again once it is back.
-pub async fn check_unreachable_fails_fast(
-    through: &dyn Broker,
-    proxy: &CutProxy,
-) -> Result<(), BoxError> {
-    proxy.refuse().await;
-    let task = Task::new("t", "gone");
-    let call = through.enqueue(&task);
-    match tokio::time::timeout(HANG, call).await.map_err(|_| "enqueue while refused hung")? {
-        Err(e) if e.is(ErrorKind::Backend) && e.to_string().contains("Connection refused") => {}
-        other => return Err(format!("enqueue while refused: {other:?}").into()),
-    }
-    proxy.resume().await?;
-    let call = through.enqueue(&task);
-    tokio::time::timeout(HANG, call).await.map_err(|_| "enqueue after resume hung")??;
-    Ok(())
-}
-
 /// Where `needle` starts in `haystack`.
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
@@ -838,8 +461,7 @@ mod tests {
 
     #[test]
     fn the_bind_of_a_marked_statement_is_found_across_reads() {
-        let ack = crate::ops::ack::AUTOCOMMIT_ACK_MARKER;
-        let enqueue = crate::ops::enqueue::AUTOCOMMIT_ENQUEUE_MARKER;
+        let (ack, enqueue) = (ONE_STATEMENT_ACK, ONE_STATEMENT_ENQUEUE);
         let mut pg = PgFrontend::default();
         let startup = [&[0, 0, 0, 8][..], &[0, 3, 0, 0]].concat();
         let prepare = [
