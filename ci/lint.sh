@@ -19,7 +19,7 @@ python3 ci/check_workflow.py .github/workflows/ci.yml
 
 step "the shipped binary links no test hook and no testcontainers"
 tree=$(cargo tree -p taskgate-cli -e features --locked)
-if grep -E 'testcontainers|test-hooks' <<<"$tree"; then
+if grep -E 'testcontainers|test-hooks|sqltest' <<<"$tree"; then
   echo "taskgate-cli depends on test machinery (above)" >&2
   exit 1
 fi

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use brokertest::{within, WAIT_LIMIT};
 use taskgate::{BoxError, Broker};
 use taskgate_mysql::testing::{MySqlFactory, MySqlStorage};
-use taskgate_sql::cutproxy::is_commit_unknown;
+use taskgate_sql::is_commit_unknown;
 use workertest::fault::{
     first_ok_after, longest, runs_per_task, until, Figures, Ledger, Progress, Workload,
 };

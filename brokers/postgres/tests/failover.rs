@@ -25,7 +25,7 @@ use brokertest::{within, WAIT_LIMIT};
 use sqlx::Connection as _;
 use taskgate::{BoxError, Broker};
 use taskgate_postgres::PgOptions;
-use taskgate_sql::cutproxy::is_commit_unknown;
+use taskgate_sql::is_commit_unknown;
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;

@@ -132,14 +132,6 @@ pub use recording::{RecordingAdapter, StatementLog};
 pub use resolve::{is_commit_unknown, CommitUnknown};
 pub use value::{DecodeError, Kind, Row, Value};
 
-/// The old home of [`is_commit_unknown`] (the cut-connection proxy moved to the `sqltest`
-/// crate), kept for tests that still import it from here.
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub mod cutproxy {
-    pub use crate::resolve::is_commit_unknown;
-}
-
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
