@@ -120,7 +120,7 @@ pub use dialect::{
 };
 pub use gate::{ConnectGate, SLOW_ACQUIRE};
 pub use lanes::{Lane, Lanes};
-pub use migrate::{migrate, split_statements, substitute, Migration};
+pub use migrate::{migrate, schema_status, split_statements, substitute, Migration, SchemaStatus};
 pub use plans::HotStatement;
 #[cfg(feature = "test-hooks")]
 pub use recording::{RecordingAdapter, StatementLog};
