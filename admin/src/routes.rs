@@ -397,3 +397,19 @@ pub(crate) async fn method_not_allowed() -> ApiError {
 pub(crate) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paging_refuses_only_an_offset_that_overflows() {
+        // The last page whose offset, (page - 1) × per_page, still fits.
+        let last = usize::MAX / 2 + 1;
+        assert_eq!(paging(Some(last), Some(2)).ok(), Some((last, 2)));
+        let err = paging(Some(last + 1), Some(2)).err().map(|e| e.message().to_owned());
+        assert_eq!(err.as_deref(), Some("page: too large"));
+        assert_eq!(paging(None, None).ok(), Some((1, DEFAULT_PER_PAGE)));
+        assert!(paging(Some(0), None).is_err() && paging(None, Some(MAX_PER_PAGE + 1)).is_err());
+    }
+}

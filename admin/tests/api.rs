@@ -389,6 +389,11 @@ async fn audit_endpoint(s: &Server) {
     let (_, body) =
         s.get("/api/v1/audit?target=task:d1&actor=ops&per_page=100", Some(VIEWER)).await;
     assert_eq!(body["records"].as_array().unwrap().len(), 5, "{body}");
+    // Page 2 continues page 1: its offset is (page - 1) × per_page.
+    let (_, six) = s.get("/api/v1/audit?per_page=6", Some(VIEWER)).await;
+    let (_, second) = s.get("/api/v1/audit?per_page=3&page=2", Some(VIEWER)).await;
+    let rest = Value::Array(six["records"].as_array().expect("records")[3..].to_vec());
+    assert_eq!(second["records"], rest, "page 2 of 3 records is records 4 to 6");
 }
 
 /// The OpenAPI document: served without a token, generated from the code (snapshot), and
