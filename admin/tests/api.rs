@@ -144,6 +144,12 @@ async fn listing(s: &Server) {
     let (status, body) = s.get("/api/v1/tasks?queue=mail", Some(OPS)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(ids(&body), ["a1", "a2", "b1"], "queue filter, created order");
+    let (_, body) = s.get("/api/v1/tasks?queue=mail&per_page=3", Some(OPS)).await;
+    assert_eq!(
+        (ids(&body).len(), body["has_more"].as_bool()),
+        (3, Some(false)),
+        "a full last page"
+    );
     let (_, body) = s.get("/api/v1/tasks?owner=alice", Some(OPS)).await;
     assert_eq!(ids(&body), ["a1", "a2"], "owner filter");
     let (_, body) = s.get("/api/v1/tasks?type=report", Some(OPS)).await;
