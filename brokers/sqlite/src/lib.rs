@@ -144,7 +144,7 @@ impl SqliteBroker {
     /// on a read connection).
     pub async fn schema_versions(&self) -> Result<Vec<i64>> {
         let backend = |e: taskgate_sql::DbError| Error::backend("sqlite", e);
-        let mut conn = self.adapter.readers.acquire().await.map_err(|e| backend(e.into()))?;
+        let mut conn = self.adapter.readers.acquire().await.map_err(backend)?;
         let mut conn = adapter::ConnRef(&mut conn);
         let status =
             taskgate_sql::schema_status(&mut conn, &SqliteDialect, self.inner.prefix(), MIGRATIONS);
@@ -196,8 +196,7 @@ impl SqliteOptions {
         taskgate::validate::validate_prefix(&self.prefix)?;
         let backend = |e: taskgate_sql::DbError| Error::backend("sqlite", e);
         let connect = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
-        let mut conn =
-            sqlx::SqliteConnection::connect_with(&connect).await.map_err(|e| backend(e.into()))?;
+        let mut conn = sqlx::SqliteConnection::connect_with(&connect).await.map_err(backend)?;
         let status = taskgate_sql::schema_status(
             &mut adapter::ConnRef(&mut conn),
             &SqliteDialect,
