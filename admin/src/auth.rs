@@ -404,6 +404,30 @@ mod tests {
     }
 
     #[test]
+    fn accessors_debug_and_configuration_say_what_they_hold() {
+        let t = Token::parse("billing-ui:read@billing=0123456789abcdef").unwrap();
+        assert_eq!((t.name(), t.scope(), t.owner()), ("billing-ui", Scope::Read, Some("billing")));
+        assert_eq!((Scope::Read.as_str(), Scope::Write.as_str()), ("read", "write"));
+        let debug = format!("{t:?}");
+        for part in ["billing-ui", "<redacted>", "Read", "billing"] {
+            assert!(debug.contains(part), "{part} in {debug}");
+        }
+        let limits =
+            Limits { header_timeout: std::time::Duration::from_secs(3), ..Limits::default() };
+        let config =
+            AdminConfig::from_specs(["a:read=0123456789abcdef", "b:write=fedcba9876543210"])
+                .unwrap()
+                .with_limits(limits.clone());
+        assert_eq!(config.limits(), &limits);
+        assert_eq!(config.tokens().iter().map(Token::name).collect::<Vec<_>>(), ["a", "b"]);
+        let same_name =
+            AdminConfig::from_specs(["a:read=0123456789abcdef", "a:write=fedcba9876543210"]);
+        assert!(matches!(same_name, Err(TokenError::Duplicate(name)) if name == "a"));
+        // A comma before a bare `:` does not start a spec: a name has at least one character.
+        assert_eq!(split_token_list("a:read=x,:y"), ["a:read=x,:y"]);
+    }
+
+    #[test]
     fn the_bearer_scheme_is_case_insensitive() {
         for value in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR   s3cret"] {
             assert_eq!(bearer(value.as_bytes()), Some(&b"s3cret"[..]), "{value}");

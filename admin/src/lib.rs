@@ -7,23 +7,16 @@
 //! JSON; every error is `{"code": "task.not_resumable", "message": "…"}` with its status
 //! ([`ApiError`]).
 //!
-//! | method and path | scope | what |
-//! |---|---|---|
-//! | `GET /api/v1/tasks` | read | tasks in `(created_at, id)` order; filters `type`, `queue`, `status`, `owner`, `business_key`, `parent` (a task's direct children); `page` (from 1), `per_page` (1–100, default 50); `has_more` |
-//! | `GET /api/v1/tasks/{id}` | read | one task, with its first 100 `children` and `more_children` |
-//! | `POST /api/v1/tasks/{id}/cancel` | write | cancel (a running task gets a cancel request); the task after |
-//! | `POST /api/v1/tasks/{id}/resume` | write | operator resume of a failed or cancelled task |
-//! | `POST /api/v1/tasks/{id}/replay` | write | a new execution of a finished one (body `{"allow_completed": bool, "payload": any}`, optional); 201 |
-//! | `GET /api/v1/queues` | read, unbound | every queue: length, running, paused, counts by status, oldest ready age |
-//! | `POST /api/v1/queues/{q}/pause`, `…/resume` | write, unbound | pause or resume claims from a queue |
-//! | `GET /api/v1/stats` | read, unbound | counts by status and by type, paused queues, the broker's time |
-//! | `GET /api/v1/audit` | read, unbound | audit records, newest first; filters `actor`, `action`, `target`; paging as tasks |
-//! | `GET /api/v1/openapi.json` | none | the OpenAPI document ([`openapi::document`]), generated from the code |
-//! | `GET /console/` (and `console.js`, `console.css`) | none | the web console: static files embedded in the binary |
-//! | `GET /`, `GET /console` | none | 303 to `console/` |
+//! The routes, the token each needs and what it reaches are one table, [`endpoints`] (its
+//! source is the list to read): the router is built from it, the OpenAPI document
+//! ([`openapi::document`], served at `GET /api/v1/openapi.json` without a token) describes its
+//! API routes from it and from each handler's annotation (what it does, its parameters and
+//! answers), and the rule tests walk it. The API's paths start with `/api/v1`; the console is
+//! at `/console/` (`/` and `/console` answer 303 to it).
 //!
 //! **Console.** A page with three views: the queues (counts by status, oldest ready age,
-//! pause and resume buttons), the task list (the filters above, paging) and one task (its
+//! pause and resume buttons), the task list (filters by type, queue, status, owner and business
+//! key; paging) and one task (its
 //! fields, steps' progress, message and cursor, payload and result, the replay chain, parents
 //! and children, cancel, resume and replay buttons); each re-reads its data every 5 s, and an
 //! audit view lists the log. No build step and nothing from another origin: the HTML, CSS and
@@ -35,7 +28,7 @@
 //!
 //! Task views render `payload`, `result` and `cursor` as JSON when the bytes are JSON, else as
 //! base64, with `payload_encoding` (`json` / `base64` / null) and the same for the others;
-//! times are RFC 3339 in UTC.
+//! times are RFC 3339 in UTC. `taskgate --json` prints the same [`TaskView`].
 //!
 //! **Bodies.** Only replay takes a body: optional, and JSON with `Content-Type:
 //! application/json` (or `application/*+json`); a body with another or no content type is a
@@ -112,10 +105,11 @@ pub use limits::{
     Limits, DEFAULT_BACKLOG, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, MAX_DEFAULT_CONNECTIONS,
     RESERVED_FDS,
 };
-pub use routes::{DEFAULT_PER_PAGE, MAX_CHILDREN, MAX_PER_PAGE};
+pub use routes::{DEFAULT_PER_PAGE, MAX_PER_PAGE};
 pub use server::{bind, serve};
 pub use view::{
-    AuditPage, AuditView, Encoding, QueueList, QueueView, StatsView, TaskPage, TaskView,
+    AuditPage, AuditView, Encoding, QueueOverview, QueueView, StatsView, TaskPage, TaskView,
+    MAX_CHILDREN,
 };
 
 /// What every handler shares.
@@ -135,8 +129,8 @@ pub fn router(broker: Arc<dyn Broker>, config: AdminConfig) -> Router {
     let body_timeout = config.limits.body_timeout;
     let state = AppState { broker, config: Arc::new(config) };
     let mut router = Router::new();
-    for (endpoint, handler) in routes() {
-        router = router.route(endpoint.path, handler);
+    for route in routes() {
+        router = router.route(route.endpoint.path, route.handler);
     }
     router
         .fallback(routes::not_found)
@@ -203,34 +197,89 @@ pub struct Endpoint {
     pub reach: Reach,
 }
 
-/// Every route the [`router`] serves, from the table the router is built from, so a new
-/// endpoint is listed here (and in the rule tests that walk this list) by construction.
+/// Every route the [`router`] serves, from the table the router is built from (`routes` in
+/// this file: method, path, [`Access`], [`Reach`], handler, and the handler's OpenAPI
+/// description), so a new endpoint is listed here, held to the rule tests that walk this list
+/// and described in the OpenAPI document by construction.
 pub fn endpoints() -> Vec<Endpoint> {
-    routes().into_iter().map(|(endpoint, _)| endpoint).collect()
+    routes().into_iter().map(|route| route.endpoint).collect()
 }
 
-/// The routing table: each endpoint with its handler.
-fn routes() -> Vec<(Endpoint, MethodRouter<AppState>)> {
+/// One row of the routing table: the endpoint, how the OpenAPI document describes it (the
+/// handler's `#[utoipa::path]`; none for the console's files and the document itself), and
+/// its handler.
+pub(crate) struct Route {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) doc: Option<openapi::Doc>,
+    handler: MethodRouter<AppState>,
+}
+
+/// The routing table.
+pub(crate) fn routes() -> Vec<Route> {
+    use openapi::doc;
+    use routes as r;
     use Access::{Public, Read, Write};
     use Method::{Get, Post};
     use Reach::{AllOwners, Nothing, OwnTasks, Task};
     vec![
-        route(Get, "/api/v1/tasks", Read, OwnTasks, routes::list_tasks),
-        route(Get, "/api/v1/tasks/{id}", Read, Task, routes::get_task),
-        route(Post, "/api/v1/tasks/{id}/cancel", Write, Task, routes::cancel_task),
-        route(Post, "/api/v1/tasks/{id}/resume", Write, Task, routes::resume_task),
-        route(Post, "/api/v1/tasks/{id}/replay", Write, Task, routes::replay_task),
-        route(Get, "/api/v1/queues", Read, AllOwners, routes::list_queues),
-        route(Post, "/api/v1/queues/{queue}/pause", Write, AllOwners, routes::pause_queue),
-        route(Post, "/api/v1/queues/{queue}/resume", Write, AllOwners, routes::resume_queue),
-        route(Get, "/api/v1/stats", Read, AllOwners, routes::stats),
-        route(Get, "/api/v1/audit", Read, AllOwners, routes::audit),
-        route(Get, "/api/v1/openapi.json", Public, Nothing, routes::openapi),
-        route(Get, "/", Public, Nothing, console::to_console),
-        route(Get, "/console", Public, Nothing, console::to_console),
-        route(Get, "/console/", Public, Nothing, console::index),
-        route(Get, "/console/console.js", Public, Nothing, console::script),
-        route(Get, "/console/console.css", Public, Nothing, console::style),
+        route(Get, "/api/v1/tasks", Read, OwnTasks, r::list_tasks, doc::<r::__path_list_tasks>()),
+        route(Get, "/api/v1/tasks/{id}", Read, Task, r::get_task, doc::<r::__path_get_task>()),
+        route(
+            Post,
+            "/api/v1/tasks/{id}/cancel",
+            Write,
+            Task,
+            r::cancel_task,
+            doc::<r::__path_cancel_task>(),
+        ),
+        route(
+            Post,
+            "/api/v1/tasks/{id}/resume",
+            Write,
+            Task,
+            r::resume_task,
+            doc::<r::__path_resume_task>(),
+        ),
+        route(
+            Post,
+            "/api/v1/tasks/{id}/replay",
+            Write,
+            Task,
+            r::replay_task,
+            doc::<r::__path_replay_task>(),
+        ),
+        route(
+            Get,
+            "/api/v1/queues",
+            Read,
+            AllOwners,
+            r::list_queues,
+            doc::<r::__path_list_queues>(),
+        ),
+        route(
+            Post,
+            "/api/v1/queues/{queue}/pause",
+            Write,
+            AllOwners,
+            r::pause_queue,
+            doc::<r::__path_pause_queue>(),
+        ),
+        route(
+            Post,
+            "/api/v1/queues/{queue}/resume",
+            Write,
+            AllOwners,
+            r::resume_queue,
+            doc::<r::__path_resume_queue>(),
+        ),
+        route(Get, "/api/v1/stats", Read, AllOwners, r::stats, doc::<r::__path_stats>()),
+        route(Get, "/api/v1/audit", Read, AllOwners, r::audit, doc::<r::__path_audit>()),
+        route(Get, "/api/v1/openapi.json", Public, Nothing, r::openapi, None),
+        route(Get, "/", Public, Nothing, console::to_console, None),
+        route(Get, "/console", Public, Nothing, console::to_console, None),
+        route(Get, "/console/", Public, Nothing, console::index, None),
+        route(Get, "/console/console.js", Public, Nothing, console::script, None),
+        route(Get, "/console/console.css", Public, Nothing, console::style, None),
     ]
 }
 
@@ -240,7 +289,8 @@ fn route<H, T>(
     access: Access,
     reach: Reach,
     handler: H,
-) -> (Endpoint, MethodRouter<AppState>)
+    doc: Option<openapi::Doc>,
+) -> Route
 where
     H: axum::handler::Handler<T, AppState>,
     T: 'static,
@@ -249,5 +299,5 @@ where
         Method::Get => MethodFilter::GET,
         Method::Post => MethodFilter::POST,
     };
-    (Endpoint { method, path, access, reach }, on(filter, handler))
+    Route { endpoint: Endpoint { method, path, access, reach }, doc, handler: on(filter, handler) }
 }

@@ -12,15 +12,13 @@ use taskgate::{AdminAction, AdminOutcome, AuditQuery, Filter, ReplayRequest, Sta
 use crate::auth::Caller;
 use crate::body::{JsonBody, NoBody};
 use crate::error::ApiError;
-use crate::view::{AuditPage, AuditView, QueueList, QueueView, StatsView, TaskPage, TaskView};
+use crate::view::{AuditPage, AuditView, QueueOverview, QueueView, StatsView, TaskPage, TaskView};
 use crate::AppState;
 
 /// The largest `per_page`.
 pub const MAX_PER_PAGE: usize = 100;
 /// The `per_page` when none is given.
 pub const DEFAULT_PER_PAGE: usize = 50;
-/// The most children a task view lists (`GET /api/v1/tasks?parent=ID` pages through all).
-pub const MAX_CHILDREN: usize = 100;
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
@@ -91,7 +89,12 @@ pub(crate) struct ListParams {
     per_page: Option<usize>,
 }
 
-#[utoipa::path(get, path = "/api/v1/tasks", tag = "tasks", params(ListParams), responses((status = 200, body = TaskPage), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// Tasks in `(created_at, id)` order, filtered, a page at a time.
+///
+/// Filters `type`, `queue`, `status`, `owner`, `business_key`, `parent` (a task's direct
+/// children); `page` (from 1), `per_page` (1–100, default 50); `has_more` says a later page
+/// has tasks. An owner-bound token lists only its owner's tasks.
+#[utoipa::path(get, path = "/api/v1/tasks", params(ListParams), responses((status = 200, body = TaskPage), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn list_tasks(
     State(state): State<AppState>,
     caller: Caller,
@@ -143,26 +146,26 @@ async fn visible(state: &AppState, caller: &Caller, id: &str) -> Result<Task, Ap
     Ok(task)
 }
 
-#[utoipa::path(get, path = "/api/v1/tasks/{id}", tag = "tasks", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// One task, with its first 100 `children` and `more_children`.
+#[utoipa::path(get, path = "/api/v1/tasks/{id}", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
     Segment(id): Segment,
 ) -> ApiResult<TaskView> {
     let task = visible(&state, &caller, &id).await?;
-    let mut view = TaskView::at(&task, state.broker.now().await?);
-    // The children an owner-bound caller may see: its owner's.
-    let filter = Filter {
-        parent: task.id.clone(),
-        owner: caller.owner.clone().unwrap_or_default(),
-        limit: MAX_CHILDREN + 1,
-        ..Filter::default()
-    };
-    let mut children = state.broker.list(&filter).await?;
-    view.more_children = Some(children.len() > MAX_CHILDREN);
-    children.truncate(MAX_CHILDREN);
-    view.children = Some(children.into_iter().map(|c| c.id).collect());
-    Ok(Json(view))
+    Ok(Json(TaskView::detail(&*state.broker, &task, caller.owner.as_deref()).await?))
+}
+
+/// What every task mutation checks before it acts: a write token, a valid ID, and (for an
+/// owner-bound token) a task of its owner, else the 404 of a missing task.
+async fn writable_task(state: &AppState, caller: &Caller, id: &str) -> Result<(), ApiError> {
+    caller.require_write()?;
+    taskgate::validate::validate_id(id)?;
+    if caller.owner.is_some() {
+        visible(state, caller, id).await?;
+    }
+    Ok(())
 }
 
 /// Runs an audited action as `caller`.
@@ -174,35 +177,29 @@ async fn act(
     Ok(state.broker.audited(&caller.name, &action).await?)
 }
 
-#[utoipa::path(post, path = "/api/v1/tasks/{id}/cancel", tag = "tasks", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView, description = "The task after the cancel"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// Cancels a task (a running one gets a cancel request); answers the task after.
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/cancel", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView, description = "The task after the cancel"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn cancel_task(
     State(state): State<AppState>,
     caller: Caller,
     Segment(id): Segment,
     _: NoBody,
 ) -> ApiResult<TaskView> {
-    caller.require_write()?;
-    taskgate::validate::validate_id(&id)?;
-    if caller.owner.is_some() {
-        visible(&state, &caller, &id).await?;
-    }
+    writable_task(&state, &caller, &id).await?;
     act(&state, &caller, AdminAction::Cancel { id: id.clone() }).await?;
     let task = state.broker.get(&id).await?;
     Ok(Json(TaskView::from(&task)))
 }
 
-#[utoipa::path(post, path = "/api/v1/tasks/{id}/resume", tag = "tasks", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView, description = "The resumed task"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// Operator resume of a failed or cancelled task, under its own ID.
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/resume", params(("id" = String, Path, description = "Task ID")), responses((status = 200, body = TaskView, description = "The resumed task"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn resume_task(
     State(state): State<AppState>,
     caller: Caller,
     Segment(id): Segment,
     _: NoBody,
 ) -> ApiResult<TaskView> {
-    caller.require_write()?;
-    taskgate::validate::validate_id(&id)?;
-    if caller.owner.is_some() {
-        visible(&state, &caller, &id).await?;
-    }
+    writable_task(&state, &caller, &id).await?;
     match act(&state, &caller, AdminAction::Resume { id: id.clone() }).await? {
         AdminOutcome::Task(task) => Ok(Json(TaskView::from(&*task))),
         AdminOutcome::Done => Ok(Json(TaskView::from(&state.broker.get(&id).await?))),
@@ -221,20 +218,19 @@ pub(crate) struct ReplayBody {
     payload: Option<serde_json::Value>,
 }
 
-#[utoipa::path(post, path = "/api/v1/tasks/{id}/replay", tag = "tasks", params(("id" = String, Path, description = "Task ID")), request_body(content = Option<ReplayBody>, content_type = "application/json", description = "Optional; a body must be sent as `application/json`"), responses((status = 201, body = TaskView, description = "The new execution"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 415, body = ApiError, description = "A body that is not `application/json` (`input.unsupported_media_type`)"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// A new execution of a finished one (201).
+///
+/// The body `{"allow_completed": bool, "payload": any}` is optional.
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/replay", params(("id" = String, Path, description = "Task ID")), request_body(content = Option<ReplayBody>, content_type = "application/json", description = "Optional; a body must be sent as `application/json`"), responses((status = 201, body = TaskView, description = "The new execution"), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 404, body = ApiError, description = "Unknown task (or another owner's)"), (status = 409, body = ApiError, description = "State conflict"), (status = 415, body = ApiError, description = "A body that is not `application/json` (`input.unsupported_media_type`)"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn replay_task(
     State(state): State<AppState>,
     caller: Caller,
     Segment(id): Segment,
     JsonBody(body): JsonBody<ReplayBody>,
 ) -> Result<(StatusCode, Json<TaskView>), ApiError> {
-    caller.require_write()?;
-    taskgate::validate::validate_id(&id)?;
+    writable_task(&state, &caller, &id).await?;
     // No body means the defaults; a body is JSON or refused (415), never ignored.
     let body = body.unwrap_or_default();
-    if caller.owner.is_some() {
-        visible(&state, &caller, &id).await?;
-    }
     let mut request = ReplayRequest::by_id(&id);
     request.allow_completed = body.allow_completed;
     if let Some(payload) = body.payload {
@@ -251,11 +247,12 @@ pub(crate) async fn replay_task(
     }
 }
 
-#[utoipa::path(get, path = "/api/v1/queues", tag = "queues", responses((status = 200, body = QueueList), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// Every queue: length, running, paused, counts by status, oldest ready age.
+#[utoipa::path(get, path = "/api/v1/queues", responses((status = 200, body = QueueOverview), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn list_queues(
     State(state): State<AppState>,
     caller: Caller,
-) -> ApiResult<QueueList> {
+) -> ApiResult<QueueOverview> {
     caller.require_unbound()?;
     let now = state.broker.now().await?;
     let stats = state.broker.queue_stats().await?;
@@ -271,7 +268,7 @@ pub(crate) async fn list_queues(
             QueueView::new(name, s, paused.iter().any(|p| p == name), now)
         })
         .collect();
-    Ok(Json(QueueList { queues, now: now.to_string() }))
+    Ok(Json(QueueOverview { queues, now: now.to_string() }))
 }
 
 async fn queue_action(
@@ -296,7 +293,8 @@ async fn queue_action(
     Ok(Json(QueueView::new(&queue, s, paused, now)))
 }
 
-#[utoipa::path(post, path = "/api/v1/queues/{queue}/pause", tag = "queues", params(("queue" = String, Path, description = "Queue name")), responses((status = 200, body = QueueView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// Pauses claims from a queue.
+#[utoipa::path(post, path = "/api/v1/queues/{queue}/pause", params(("queue" = String, Path, description = "Queue name")), responses((status = 200, body = QueueView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn pause_queue(
     State(state): State<AppState>,
     caller: Caller,
@@ -306,7 +304,8 @@ pub(crate) async fn pause_queue(
     queue_action(&state, &caller, queue, true).await
 }
 
-#[utoipa::path(post, path = "/api/v1/queues/{queue}/resume", tag = "queues", params(("queue" = String, Path, description = "Queue name")), responses((status = 200, body = QueueView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// Resumes claims from a paused queue.
+#[utoipa::path(post, path = "/api/v1/queues/{queue}/resume", params(("queue" = String, Path, description = "Queue name")), responses((status = 200, body = QueueView), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn resume_queue(
     State(state): State<AppState>,
     caller: Caller,
@@ -316,7 +315,8 @@ pub(crate) async fn resume_queue(
     queue_action(&state, &caller, queue, false).await
 }
 
-#[utoipa::path(get, path = "/api/v1/stats", tag = "stats", responses((status = 200, body = StatsView), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// Counts by status and by type, paused queues, the broker's time.
+#[utoipa::path(get, path = "/api/v1/stats", responses((status = 200, body = StatsView), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn stats(State(state): State<AppState>, caller: Caller) -> ApiResult<StatsView> {
     caller.require_unbound()?;
     let now = state.broker.now().await?;
@@ -356,7 +356,8 @@ pub(crate) struct AuditParams {
     per_page: Option<usize>,
 }
 
-#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditParams), responses((status = 200, body = AuditPage), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
+/// Audit records, newest first; filters `actor`, `action`, `target`; paging as tasks.
+#[utoipa::path(get, path = "/api/v1/audit", params(AuditParams), responses((status = 200, body = AuditPage), (status = 400, body = ApiError, description = "Bad input (`input.invalid`)"), (status = 401, body = ApiError, description = "No or unknown token"), (status = 403, body = ApiError, description = "Token scope or owner binding refuses"), (status = 503, body = ApiError, description = "Storage unavailable")))]
 pub(crate) async fn audit(
     State(state): State<AppState>,
     caller: Caller,
@@ -395,4 +396,20 @@ pub(crate) async fn method_not_allowed() -> ApiError {
 /// not the data).
 pub(crate) async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paging_refuses_only_an_offset_that_overflows() {
+        // The last page whose offset, (page - 1) × per_page, still fits.
+        let last = usize::MAX / 2 + 1;
+        assert_eq!(paging(Some(last), Some(2)).ok(), Some((last, 2)));
+        let err = paging(Some(last + 1), Some(2)).err().map(|e| e.message().to_owned());
+        assert_eq!(err.as_deref(), Some("page: too large"));
+        assert_eq!(paging(None, None).ok(), Some((1, DEFAULT_PER_PAGE)));
+        assert!(paging(Some(0), None).is_err() && paging(None, Some(MAX_PER_PAGE + 1)).is_err());
+    }
 }

@@ -1,11 +1,15 @@
-//! The JSON views the API answers with.
+//! The JSON views the API answers with, and `taskgate --json` prints: one shape per object
+//! whichever door it comes out of (docs/decisions.md, "One task view").
 
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use serde::Serialize;
 use serde_json::Value;
-use taskgate::{AuditRecord, QueueStats, Status, Task, Timestamp};
+use taskgate::{AuditRecord, Broker, Filter, QueueStats, Status, Task, Timestamp};
+
+/// The most children a task view lists (`GET /api/v1/tasks?parent=ID` pages through all).
+pub const MAX_CHILDREN: usize = 100;
 
 /// How a byte field (payload, result, cursor) is rendered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -40,7 +44,9 @@ fn opt_time(t: Option<Timestamp>) -> Option<String> {
     t.filter(|t| !t.is_zero()).map(time)
 }
 
-/// One task.
+/// One task: every field but its lease token. `taskgate --json` prints the same object.
+// `TaskView::detail` is the view of `GET /api/v1/tasks/{id}` and `taskgate get`,
+// `TaskView::at` an element of a list, and `From<&Task>` the answer of a mutation.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct TaskView {
     /// Execution ID.
@@ -175,10 +181,32 @@ impl From<&Task> for TaskView {
 }
 
 impl TaskView {
-    /// The view of `t` with its lease read against the broker's `now`.
-    pub(crate) fn at(t: &Task, now: Timestamp) -> Self {
+    /// The view of `t` with its lease read against the broker's `now` (an element of a list).
+    pub fn at(t: &Task, now: Timestamp) -> Self {
         let lease = t.lease_at(now);
         TaskView { lease_expired: lease.is_expired(), lease_note: lease.to_string(), ..t.into() }
+    }
+
+    /// The whole view of one task (`GET /api/v1/tasks/{id}`, `taskgate get`): its lease read at
+    /// the broker's time and its first [`MAX_CHILDREN`] children, only `owner`'s when given
+    /// (an owner-bound token sees only its owner's).
+    pub async fn detail(
+        broker: &dyn Broker,
+        task: &Task,
+        owner: Option<&str>,
+    ) -> taskgate::Result<TaskView> {
+        let mut view = TaskView::at(task, broker.now().await?);
+        let filter = Filter {
+            parent: task.id.clone(),
+            owner: owner.unwrap_or_default().to_owned(),
+            limit: MAX_CHILDREN + 1,
+            ..Filter::default()
+        };
+        let mut children = broker.list(&filter).await?;
+        view.more_children = Some(children.len() > MAX_CHILDREN);
+        children.truncate(MAX_CHILDREN);
+        view.children = Some(children.into_iter().map(|c| c.id).collect());
+        Ok(view)
     }
 }
 
@@ -237,9 +265,10 @@ impl QueueView {
     }
 }
 
-/// Every queue.
+/// Every queue at a glance.
+// Not `taskgate::QueueList`, the queues a claim reads from.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
-pub struct QueueList {
+pub struct QueueOverview {
     /// The queues that hold tasks or are paused, by name.
     pub queues: Vec<QueueView>,
     /// The broker's time the ages were computed at (RFC 3339).

@@ -144,6 +144,12 @@ async fn listing(s: &Server) {
     let (status, body) = s.get("/api/v1/tasks?queue=mail", Some(OPS)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(ids(&body), ["a1", "a2", "b1"], "queue filter, created order");
+    let (_, body) = s.get("/api/v1/tasks?queue=mail&per_page=3", Some(OPS)).await;
+    assert_eq!(
+        (ids(&body).len(), body["has_more"].as_bool()),
+        (3, Some(false)),
+        "a full last page"
+    );
     let (_, body) = s.get("/api/v1/tasks?owner=alice", Some(OPS)).await;
     assert_eq!(ids(&body), ["a1", "a2"], "owner filter");
     let (_, body) = s.get("/api/v1/tasks?type=report", Some(OPS)).await;
@@ -389,6 +395,11 @@ async fn audit_endpoint(s: &Server) {
     let (_, body) =
         s.get("/api/v1/audit?target=task:d1&actor=ops&per_page=100", Some(VIEWER)).await;
     assert_eq!(body["records"].as_array().unwrap().len(), 5, "{body}");
+    // Page 2 continues page 1: its offset is (page - 1) × per_page.
+    let (_, six) = s.get("/api/v1/audit?per_page=6", Some(VIEWER)).await;
+    let (_, second) = s.get("/api/v1/audit?per_page=3&page=2", Some(VIEWER)).await;
+    let rest = Value::Array(six["records"].as_array().expect("records")[3..].to_vec());
+    assert_eq!(second["records"], rest, "page 2 of 3 records is records 4 to 6");
 }
 
 /// The OpenAPI document: served without a token, generated from the code (snapshot), and

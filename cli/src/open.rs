@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use taskgate::{Broker, BrokerOptions};
-use taskgate_sql::{Kind, Migration, Value};
+use taskgate_sql::SchemaStatus;
 
 use crate::error::{redact, CliError};
 
@@ -68,16 +68,6 @@ impl Target {
         }
     }
 
-    /// The migrations this taskgate knows for the backend (none for memory).
-    fn migrations(&self) -> &'static [Migration] {
-        match self {
-            Target::Memory | Target::Sqlite(None) => &[],
-            Target::Sqlite(Some(_)) => taskgate_sqlite::MIGRATIONS,
-            Target::Postgres(_) => taskgate_postgres::MIGRATIONS,
-            Target::MySql(_) => taskgate_mysql::MIGRATIONS,
-        }
-    }
-
     /// True for a store that lives only as long as this process.
     pub(crate) fn is_private(&self) -> bool {
         matches!(self, Target::Memory | Target::Sqlite(None))
@@ -97,44 +87,17 @@ fn reason(url: &str, e: taskgate::Error) -> String {
     text.to_owned()
 }
 
-/// The schema under one prefix: what is applied and what this taskgate knows.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SchemaStatus {
-    /// The applied versions, ascending; `None` when there is no schema at all.
-    pub(crate) applied: Option<Vec<i64>>,
-    /// Every migration this taskgate knows, `(version, name)`.
-    pub(crate) known: Vec<(i64, &'static str)>,
-}
-
-impl SchemaStatus {
-    /// The newest applied version (0 when none).
-    pub(crate) fn current(&self) -> i64 {
-        self.applied.as_ref().and_then(|a| a.last().copied()).unwrap_or(0)
-    }
-
-    /// The newest version this taskgate knows (0 when none).
-    pub(crate) fn latest(&self) -> i64 {
-        self.known.last().map_or(0, |(v, _)| *v)
-    }
-
-    /// The known migrations not applied yet.
-    pub(crate) fn pending(&self) -> Vec<(i64, &'static str)> {
-        let applied = self.applied.clone().unwrap_or_default();
-        self.known.iter().filter(|(v, _)| !applied.contains(v)).copied().collect()
-    }
-
-    /// `Ok` when a verb may use the schema: present and exactly as new as this taskgate.
-    fn usable(&self, db: &Resolved) -> Result<(), CliError> {
-        let (current, latest) = (self.current(), self.latest());
-        let prefix = db.prefix.clone();
-        match self.applied {
-            None => Err(CliError::NoSchema { url: redact(&db.url), prefix }),
-            Some(_) if current > latest => Err(CliError::SchemaAhead { prefix, current, latest }),
-            Some(_) if !self.pending().is_empty() => {
-                Err(CliError::SchemaBehind { prefix, current, latest })
-            }
-            Some(_) => Ok(()),
+/// `Ok` when a verb may use the schema: present and exactly as new as this taskgate.
+fn usable(status: &SchemaStatus, db: &Resolved) -> Result<(), CliError> {
+    let (current, latest) = (status.current(), status.latest());
+    let prefix = db.prefix.clone();
+    match status.applied {
+        None => Err(CliError::NoSchema { url: redact(&db.url), prefix }),
+        Some(_) if status.is_ahead() => Err(CliError::SchemaAhead { prefix, current, latest }),
+        Some(_) if !status.pending().is_empty() => {
+            Err(CliError::SchemaBehind { prefix, current, latest })
         }
+        Some(_) => Ok(()),
     }
 }
 
@@ -169,7 +132,7 @@ impl Db {
     pub(crate) async fn open(&self) -> Result<Arc<dyn Broker>, CliError> {
         let db = self.resolve()?;
         if !db.target.is_private() {
-            status(&db).await?.usable(&db)?;
+            usable(&status(&db).await?, &db)?;
         }
         let broker = connect(&db).await?;
         init(&db, &*broker).await?;
@@ -232,95 +195,39 @@ fn unreachable_db(db: &Resolved, e: taskgate::Error) -> CliError {
     }
 }
 
-/// The schema under `db.prefix`, read without changing anything.
+/// The schema under `db.prefix`, read by the engine ([`taskgate_sql::schema_status`])
+/// without changing anything: a SQLite file through a read-only connection (opening the
+/// broker would migrate), a server through a broker that is constructed but not initialised.
+/// A missing SQLite file is [`CliError::NoDatabaseFile`].
 pub(crate) async fn status(db: &Resolved) -> Result<SchemaStatus, CliError> {
-    let known = db.target.migrations().iter().map(|m| (m.version, m.name)).collect();
-    let applied = match &db.target {
-        Target::Memory | Target::Sqlite(None) => Some(Vec::new()),
-        Target::Sqlite(Some(path)) => sqlite_versions(db, path).await?,
-        Target::Postgres(_) | Target::MySql(_) => server_versions(db).await?,
-    };
-    Ok(SchemaStatus { applied, known })
-}
-
-/// A SQLite file's applied versions through a read-only connection (opening the broker would
-/// migrate). A missing file is [`CliError::NoDatabaseFile`].
-async fn sqlite_versions(db: &Resolved, path: &PathBuf) -> Result<Option<Vec<i64>>, CliError> {
-    use sqlx::{Connection, Row};
-    if !path.is_file() {
-        return Err(CliError::NoDatabaseFile {
-            path: path.display().to_string(),
-            url: db.url.clone(),
-        });
-    }
-    let fail = |e: sqlx::Error| unreachable_db(db, taskgate::Error::backend("sqlite", e));
-    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
-    let mut conn = sqlx::SqliteConnection::connect_with(&options).await.map_err(fail)?;
-    let table = format!("{}schema_migrations", db.prefix);
-    let exists = sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
-        .bind(&table)
-        .fetch_optional(&mut conn)
-        .await
-        .map_err(fail)?;
-    let versions = match exists {
-        None => None,
-        // The table name is the validated prefix plus a constant.
-        Some(_) => Some(
-            sqlx::query(&format!("SELECT version FROM {table} ORDER BY version"))
-                .fetch_all(&mut conn)
-                .await
-                .map_err(fail)?
-                .iter()
-                .map(|row| row.try_get::<i64, _>(0))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(fail)?,
-        ),
-    };
-    conn.close().await.map_err(fail)?;
-    Ok(versions)
-}
-
-/// A server's applied versions through the broker's own pooled reads (no `init`, no DDL).
-async fn server_versions(db: &Resolved) -> Result<Option<Vec<i64>>, CliError> {
-    let (engine, exists_sql, backend) = match &db.target {
+    let unreachable = |e: taskgate::Error| unreachable_db(db, e);
+    match &db.target {
+        Target::Memory | Target::Sqlite(None) => {
+            Ok(SchemaStatus { applied: Some(Vec::new()), known: Vec::new() })
+        }
+        Target::Sqlite(Some(path)) if !path.is_file() => {
+            Err(CliError::NoDatabaseFile { path: path.display().to_string(), url: db.url.clone() })
+        }
+        Target::Sqlite(Some(path)) => {
+            let options = taskgate_sqlite::SqliteOptions::new(path).prefix(&db.prefix);
+            options.schema_status().await.map_err(unreachable)
+        }
         Target::Postgres(url) => {
             let options = taskgate_postgres::PgOptions::from_url(url)?.prefix(&db.prefix);
-            let broker = options.pool_size(1).connect().await.map_err(|e| unreachable_db(db, e))?;
-            (broker.engine().clone(), PG_TABLE_EXISTS, "postgres")
+            let broker = options.pool_size(1).connect().await.map_err(unreachable)?;
+            server_status(broker.engine()).await.map_err(unreachable)
         }
         Target::MySql(url) => {
             let options = taskgate_mysql::MySqlOptions::from_url(url)?.prefix(&db.prefix);
-            let broker = options.pool_size(1).connect().await.map_err(|e| unreachable_db(db, e))?;
-            (broker.engine().clone(), MYSQL_TABLE_EXISTS, "mysql")
+            let broker = options.pool_size(1).connect().await.map_err(unreachable)?;
+            server_status(broker.engine()).await.map_err(unreachable)
         }
-        Target::Memory | Target::Sqlite(_) => return Ok(Some(Vec::new())),
-    };
-    let versions = read_versions(&engine, exists_sql, &db.prefix).await;
-    engine.close().await.ok();
-    versions.map_err(|e| unreachable_db(db, taskgate::Error::backend(backend, e)))
+    }
 }
 
-const PG_TABLE_EXISTS: &str = "SELECT 1 FROM information_schema.tables \
-     WHERE table_schema = current_schema() AND table_name = $1";
-const MYSQL_TABLE_EXISTS: &str = "SELECT 1 FROM information_schema.tables \
-     WHERE table_schema = DATABASE() AND table_name = ?";
-
-async fn read_versions(
-    engine: &taskgate_sql::SqlBroker,
-    exists_sql: &str,
-    prefix: &str,
-) -> Result<Option<Vec<i64>>, taskgate_sql::DbError> {
-    let adapter = engine.adapter();
-    let table = format!("{prefix}schema_migrations");
-    if adapter.read(exists_sql, &[Value::Text(table.clone())], &[Kind::Int]).await?.is_empty() {
-        return Ok(None);
-    }
-    // The table name is the validated prefix plus a constant.
-    let sql = format!("SELECT version FROM {table} ORDER BY version");
-    let rows = adapter.read(&sql, &[], &[Kind::Int]).await?;
-    let version = |row: Vec<Value>| match row.first() {
-        Some(Value::Int(v)) => Some(*v),
-        _ => None,
-    };
-    Ok(Some(rows.into_iter().filter_map(version).collect()))
+/// A server's schema status through `engine`, which is closed after.
+async fn server_status(engine: &taskgate_sql::SqlBroker) -> taskgate::Result<SchemaStatus> {
+    let status = engine.schema_status().await;
+    engine.close().await.ok();
+    status
 }

@@ -1,10 +1,9 @@
 //! What the verbs print: aligned tables and `key: value` blocks for people, one JSON document
-//! for `--json`, and the task view both are made from.
+//! for `--json` (a task is the admin API's [`TaskView`](taskgate_admin::TaskView)).
 
 use std::fmt::Write as _;
 
 use base64::Engine as _;
-use serde::Serialize;
 use serde_json::Value as Json;
 use taskgate::{LeaseState, Task, Timestamp};
 
@@ -25,6 +24,11 @@ pub(crate) fn emit(format: Format, human: &str, json: &Json) {
     }
 }
 
+/// `value` (a view) as a JSON value.
+pub(crate) fn to_json(value: &impl serde::Serialize) -> Json {
+    serde_json::to_value(value).unwrap_or(Json::Null)
+}
+
 /// Writes `text` and a newline to stdout. A closed stdout (`taskgate list | head -1`) is not an
 /// error worth a panic, as `println!` would make it: the text is dropped.
 pub(crate) fn out(text: &str) {
@@ -38,118 +42,21 @@ pub(crate) fn err(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
-/// Opaque bytes (payload, result, cursor) as JSON: the JSON value itself when they parse as
-/// JSON, else a base64 string with the flag `base64` set.
-#[derive(Debug, Serialize)]
-pub(crate) struct Bytes {
-    /// The value: parsed JSON, or the base64 text.
-    pub(crate) value: Json,
-    /// True when `value` is base64 of bytes that are not JSON.
-    pub(crate) base64: bool,
-}
-
-impl Bytes {
-    /// `bytes` as a [`Bytes`], `None` when absent.
-    pub(crate) fn of(bytes: Option<&[u8]>) -> Option<Bytes> {
-        let bytes = bytes?;
-        Some(match serde_json::from_slice::<Json>(bytes) {
-            Ok(value) => Bytes { value, base64: false },
-            Err(_) => Bytes {
-                value: Json::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
-                base64: true,
-            },
-        })
-    }
-
-    /// For people: the text when the bytes are UTF-8, else their size and base64.
-    pub(crate) fn human(bytes: Option<&[u8]>) -> String {
-        match bytes {
-            None => "-".to_owned(),
-            Some(b) => match std::str::from_utf8(b) {
-                Ok(text) if !text.chars().any(char::is_control) => text.to_owned(),
-                _ => format!(
-                    "{} bytes, base64 {}",
-                    b.len(),
-                    base64::engine::general_purpose::STANDARD.encode(b)
-                ),
-            },
-        }
-    }
-}
-
-/// A task as the CLI shows it (`--json`): every field of the task but its lease token, times
-/// in RFC 3339 UTC.
-#[derive(Debug, Serialize)]
-pub(crate) struct TaskView {
-    id: String,
-    #[serde(rename = "type")]
-    task_type: String,
-    queue: String,
-    status: String,
-    cancel_requested: bool,
-    business_key: String,
-    replay_of: String,
-    owner: String,
-    payload: Option<Bytes>,
-    result: Option<Bytes>,
-    last_error: String,
-    attempts: u32,
-    max_retry: u32,
-    lease_lost: u32,
-    throttled: u32,
-    resumes: u32,
-    run_at: String,
-    created_at: String,
-    started_at: Option<String>,
-    finished_at: Option<String>,
-    depends_on: Vec<String>,
-    on_parent_failure: String,
-    steps: u32,
-    progress: Option<u8>,
-    message: String,
-    cursor: Option<Bytes>,
-    lease_expires_at: Option<String>,
-    last_heartbeat_at: Option<String>,
-}
-
-impl TaskView {
-    /// The view of `task`.
-    pub(crate) fn of(task: &Task) -> TaskView {
-        TaskView {
-            id: task.id.clone(),
-            task_type: task.task_type.clone(),
-            queue: task.queue.clone(),
-            status: task.status.to_string(),
-            cancel_requested: task.cancel_requested,
-            business_key: task.business_key.clone(),
-            replay_of: task.replay_of.clone(),
-            owner: task.owner.clone(),
-            payload: Bytes::of(task.payload.as_deref()),
-            result: Bytes::of(task.result.as_deref()),
-            last_error: task.last_error.clone(),
-            attempts: task.attempts,
-            max_retry: task.max_retry,
-            lease_lost: task.lease_lost,
-            throttled: task.throttled,
-            resumes: task.resumes,
-            run_at: task.run_at.to_string(),
-            created_at: task.created_at.to_string(),
-            started_at: task.started_at.map(|t| t.to_string()),
-            finished_at: task.finished_at.map(|t| t.to_string()),
-            depends_on: task.depends_on.clone(),
-            on_parent_failure: task.on_parent_failure.as_str().to_owned(),
-            steps: task.steps,
-            progress: task.progress,
-            message: task.message.clone(),
-            cursor: Bytes::of(task.cursor.as_deref()),
-            lease_expires_at: task.lease_expires_at.map(|t| t.to_string()),
-            last_heartbeat_at: task.last_heartbeat_at.map(|t| t.to_string()),
-        }
-    }
-
-    /// The view as a JSON value.
-    pub(crate) fn json(task: &Task) -> Json {
-        serde_json::to_value(TaskView::of(task)).unwrap_or(Json::Null)
+/// Opaque bytes (payload, result, cursor) for people: the text when the bytes are UTF-8
+/// without control characters, else their size and base64; `-` when absent. (`--json` prints
+/// the admin API's [`TaskView`](taskgate_admin::TaskView), which renders them as JSON or
+/// base64.)
+pub(crate) fn human_bytes(bytes: Option<&[u8]>) -> String {
+    match bytes {
+        None => "-".to_owned(),
+        Some(b) => match std::str::from_utf8(b) {
+            Ok(text) if !text.chars().any(char::is_control) => text.to_owned(),
+            _ => format!(
+                "{} bytes, base64 {}",
+                b.len(),
+                base64::engine::general_purpose::STANDARD.encode(b)
+            ),
+        },
     }
 }
 
@@ -215,8 +122,8 @@ pub(crate) fn task_block(task: &Task, now: Timestamp) -> String {
         ("business key", task.business_key.clone()),
         ("replay of", task.replay_of.clone()),
         ("owner", task.owner.clone()),
-        ("payload", Bytes::human(task.payload.as_deref())),
-        ("result", Bytes::human(task.result.as_deref())),
+        ("payload", human_bytes(task.payload.as_deref())),
+        ("result", human_bytes(task.result.as_deref())),
         ("last error", task.last_error.clone()),
         ("attempts", format!("{} of {} retries", task.attempts, task.max_retry)),
         ("lease lost", task.lease_lost.to_string()),
@@ -233,7 +140,7 @@ pub(crate) fn task_block(task: &Task, now: Timestamp) -> String {
         let progress = task.progress.map_or_else(String::new, |p| format!(", {p}%"));
         rows.push(("steps", format!("{}{progress}", task.steps)));
         rows.push(("step message", task.message.clone()));
-        rows.push(("cursor", Bytes::human(task.cursor.as_deref())));
+        rows.push(("cursor", human_bytes(task.cursor.as_deref())));
     }
     rows.retain(|(_, v)| !v.is_empty());
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
@@ -284,13 +191,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bytes_are_json_when_they_parse_else_base64() {
-        let json = Bytes::of(Some(br#"{"to":"a@b"}"#)).map(|b| (b.value.to_string(), b.base64));
-        assert_eq!(json, Some((r#"{"to":"a@b"}"#.to_owned(), false)));
-        let raw = Bytes::of(Some(&[0xff, 0x00])).map(|b| (b.value, b.base64));
-        assert_eq!(raw, Some((Json::String("/wA=".into()), true)));
-        assert!(Bytes::of(None).is_none());
-        assert_eq!(Bytes::human(Some(&[0xff, 0x00])), "2 bytes, base64 /wA=");
+    fn bytes_are_text_when_they_read_as_text_else_base64() {
+        assert_eq!(human_bytes(Some(br#"{"to":"a@b"}"#)), r#"{"to":"a@b"}"#);
+        assert_eq!(human_bytes(Some(&[0xff, 0x00])), "2 bytes, base64 /wA=");
+        assert_eq!(human_bytes(None), "-");
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub use dialect::{
     RetryClass, TimeSource, UniqueTarget,
 };
 pub use lanes::{Lane, Lanes};
-pub use migrate::{migrate, split_statements, substitute, Migration};
+pub use migrate::{migrate, schema_status, split_statements, substitute, Migration, SchemaStatus};
 pub use plans::HotStatement;
 pub use reachability::{Reachability, SLOW_ACQUIRE};
 #[cfg(feature = "test-hooks")]

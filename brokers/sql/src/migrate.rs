@@ -3,7 +3,9 @@
 //! applied in order under the dialect's DDL lock on one dedicated session, each recorded in
 //! `<prefix>schema_migrations(version, name, applied_at)`.
 //! A second run is a no-op; concurrent cold starts serialise on the lock (or, on SQLite, on
-//! `BEGIN IMMEDIATE`) and re-check each version inside it.
+//! `BEGIN IMMEDIATE`) and re-check each version inside it. [`schema_status`] reads what is
+//! applied beside what the build knows, changing nothing (`taskgate migrate --status`, and the
+//! check every other CLI verb makes before it opens a broker).
 
 use std::time::SystemTime;
 
@@ -11,7 +13,7 @@ use taskgate::Timestamp;
 
 use crate::adapter::Session;
 use crate::dialect::{rewrite_placeholders, Placeholder};
-use crate::{Adapter, DbResult, Dialect, Kind, Value};
+use crate::{Adapter, DbResult, Dialect, Kind, SqlBroker, SqlConn, Value};
 
 /// One embedded migration file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +26,107 @@ pub struct Migration {
     /// value the backend's migration session gives it ([`Session::migration_vars`]);
     /// statements end with `;` at the end of a line; lines starting with `--` are comments.
     pub sql: &'static str,
+}
+
+/// A schema under one prefix: the versions applied beside the migrations this build knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaStatus {
+    /// The applied versions, ascending; `None` when there is no schema (no
+    /// `<prefix>schema_migrations` table).
+    pub applied: Option<Vec<i64>>,
+    /// Every migration this build knows, `(version, name)`, ascending.
+    pub known: Vec<(i64, &'static str)>,
+}
+
+impl SchemaStatus {
+    /// The newest applied version (0 when none).
+    pub fn current(&self) -> i64 {
+        self.applied.as_ref().and_then(|a| a.last().copied()).unwrap_or(0)
+    }
+
+    /// The newest version this build knows (0 when none).
+    pub fn latest(&self) -> i64 {
+        self.known.last().map_or(0, |(v, _)| *v)
+    }
+
+    /// The known migrations not applied yet.
+    pub fn pending(&self) -> Vec<(i64, &'static str)> {
+        let applied = self.applied.as_deref().unwrap_or_default();
+        self.known.iter().filter(|(v, _)| !applied.contains(v)).copied().collect()
+    }
+
+    /// True when the schema is newer than this build: a version it does not know is applied.
+    pub fn is_ahead(&self) -> bool {
+        self.current() > self.latest()
+    }
+
+    /// True when the schema exists and is exactly as new as this build.
+    pub fn is_current(&self) -> bool {
+        self.applied.is_some() && !self.is_ahead() && self.pending().is_empty()
+    }
+}
+
+/// The statement that finds a table by name in the connection's own schema (one `?`
+/// argument), by dialect name.
+fn table_exists_sql(dialect: &dyn Dialect) -> DbResult<String> {
+    let sql = match dialect.name() {
+        "sqlite" => "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+        "postgres" => {
+            "SELECT 1 FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name = ?"
+        }
+        "mysql" => {
+            "SELECT 1 FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = ?"
+        }
+        other => {
+            return Err(crate::DbError::Protocol(format!(
+                "no table listing for the {other} dialect: cannot read the schema's status"
+            )))
+        }
+    };
+    Ok(dialect_sql(dialect, sql))
+}
+
+/// The schema under `prefix` on `conn`, beside `migrations` (what this build knows); reads
+/// only: nothing is created, locked or migrated.
+pub async fn schema_status<C: SqlConn + ?Sized>(
+    conn: &mut C,
+    dialect: &dyn Dialect,
+    prefix: &str,
+    migrations: &[Migration],
+) -> DbResult<SchemaStatus> {
+    let known = migrations.iter().map(|m| (m.version, m.name)).collect();
+    let table = format!("{prefix}schema_migrations");
+    let exists = table_exists_sql(dialect)?;
+    if conn.fetch(&exists, &[Value::Text(table.clone())], &[Kind::Int]).await?.is_empty() {
+        return Ok(SchemaStatus { applied: None, known });
+    }
+    // The table name is the caller's validated prefix plus a constant.
+    let versions = format!("SELECT version FROM {table} ORDER BY version");
+    let rows = conn.fetch(&versions, &[], &[Kind::Int]).await?;
+    let version = |row: Vec<Value>| match row.first() {
+        Some(Value::Int(v)) => Some(*v),
+        _ => None,
+    };
+    let applied = rows.into_iter().filter_map(version).collect();
+    Ok(SchemaStatus { applied: Some(applied), known })
+}
+
+impl SqlBroker {
+    /// The schema under this broker's prefix ([`schema_status`]) on a session of its own.
+    /// Needs no `init`: a broker constructed on a database without a schema answers
+    /// `applied: None`.
+    pub async fn schema_status(&self) -> taskgate::Result<SchemaStatus> {
+        let dialect = &*self.core().dialect;
+        let backend = |e| taskgate::Error::backend(dialect.name(), e);
+        let mut session = self.adapter().session().await.map_err(backend)?;
+        let status = schema_status(&mut *session, dialect, self.prefix(), self.migrations()).await;
+        let closed = session.close().await;
+        let status = status.map_err(backend)?;
+        closed.map_err(backend)?;
+        Ok(status)
+    }
 }
 
 /// Splits a migration into statements: a statement ends with `;` at the end of a line.

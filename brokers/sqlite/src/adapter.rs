@@ -80,20 +80,6 @@ impl SqliteAdapter {
             handle.spawn(async move { optimize_on(&writer).await });
         }
     }
-
-    /// The applied schema versions.
-    pub(crate) async fn schema_versions(&self, prefix: &str) -> taskgate::Result<Vec<i64>> {
-        let sql = format!("SELECT version FROM {prefix}schema_migrations ORDER BY version");
-        let rows = self.read(&sql, &[], &[Kind::Int]).await;
-        let rows = rows.map_err(|e| taskgate::Error::backend("sqlite", e))?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| match r.first() {
-                Some(Value::Int(v)) => Some(*v),
-                _ => None,
-            })
-            .collect())
-    }
 }
 
 /// `PRAGMA optimize` on a pool's connection.

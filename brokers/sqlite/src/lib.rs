@@ -141,9 +141,15 @@ impl SqliteBroker {
         self.adapter.optimize().await.map_err(|e| taskgate::Error::backend("sqlite", e))
     }
 
-    /// The applied schema versions, ascending.
+    /// The applied schema versions, ascending (the engine's [`taskgate_sql::schema_status`]
+    /// on a read connection).
     pub async fn schema_versions(&self) -> Result<Vec<i64>> {
-        self.adapter.schema_versions(self.inner.prefix()).await
+        let backend = |e: taskgate_sql::DbError| Error::backend("sqlite", e);
+        let mut conn = self.adapter.readers.acquire().await.map_err(backend)?;
+        let mut conn = adapter::ConnRef(&mut conn);
+        let status =
+            taskgate_sql::schema_status(&mut conn, &SqliteDialect, self.inner.prefix(), MIGRATIONS);
+        Ok(status.await.map_err(backend)?.applied.unwrap_or_default())
     }
 
     /// Installs (or removes) a hook called before each shared COMMIT with the number of calls
@@ -166,6 +172,41 @@ impl SqliteBroker {
     #[cfg(feature = "test-hooks")]
     pub fn writers_waiting(&self) -> usize {
         self.adapter.group.waiting()
+    }
+}
+
+impl SqliteOptions {
+    /// The schema under this prefix in the database file, beside the migrations this build
+    /// knows ([`taskgate_sql::schema_status`]), read through a read-only connection: unlike
+    /// [`open`](SqliteOptions::open), it creates and migrates nothing. A file that does not
+    /// exist is `InvalidInput`; `sqlite::memory:` has no schema until it is opened
+    /// (`applied: None`).
+    pub async fn schema_status(&self) -> Result<taskgate_sql::SchemaStatus> {
+        use sqlx::Connection as _;
+        let path = match &self.location {
+            options::Location::Memory => {
+                let known = MIGRATIONS.iter().map(|m| (m.version, m.name)).collect();
+                return Ok(taskgate_sql::SchemaStatus { applied: None, known });
+            }
+            options::Location::File(path) if !path.is_file() => {
+                let reason = format!("no SQLite database at {}", path.display());
+                return Err(Error::invalid("path", reason));
+            }
+            options::Location::File(path) => path,
+        };
+        taskgate::validate::validate_prefix(&self.prefix)?;
+        let backend = |e: taskgate_sql::DbError| Error::backend("sqlite", e);
+        let connect = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
+        let mut conn = sqlx::SqliteConnection::connect_with(&connect).await.map_err(backend)?;
+        let status = taskgate_sql::schema_status(
+            &mut adapter::ConnRef(&mut conn),
+            &SqliteDialect,
+            &self.prefix,
+            MIGRATIONS,
+        )
+        .await;
+        let _ = conn.close().await;
+        status.map_err(backend)
     }
 }
 

@@ -4,9 +4,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde_json::json;
+use taskgate_sql::SchemaStatus;
 
 use crate::error::{CliError, Outcome};
-use crate::open::{self, SchemaStatus, Target};
+use crate::open::{self, Target};
 use crate::output::emit;
 use crate::Context;
 
@@ -36,7 +37,7 @@ pub(crate) async fn migrate(args: MigrateArgs, ctx: &Context) -> Outcome {
         other => Some(other?),
     };
     if let Some(status) = &before {
-        if status.current() > status.latest() {
+        if status.is_ahead() {
             return Err(CliError::SchemaAhead {
                 prefix: db.prefix.clone(),
                 current: status.current(),
@@ -72,7 +73,7 @@ fn status_text(prefix: &str, status: &SchemaStatus) -> String {
             "no schema with prefix {prefix:?} (version 0 of {}; `taskgate migrate` creates it)\n",
             status.latest()
         ),
-        Some(_) if status.current() > status.latest() => format!(
+        Some(_) if status.is_ahead() => format!(
             "schema {prefix:?} at version {}, newer than this taskgate knows ({})\n",
             status.current(),
             status.latest()

@@ -1,5 +1,7 @@
 //! The task verbs: `list`, `get`, `cancel`, `resume`, `replay` (the last three audited, as
-//! [`Context::actor`](crate::Context)).
+//! [`Context::actor`](crate::Context)). `--json` prints the admin API's task view: `get` as
+//! `GET /api/v1/tasks/{id}` answers, `list` as its list elements, the mutations as its
+//! mutations answer.
 
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -7,9 +9,10 @@ use std::str::FromStr;
 use clap::Args;
 use serde_json::json;
 use taskgate::{AdminAction, AdminOutcome, Filter, ReplayRequest, Status, Task, Timestamp};
+use taskgate_admin::TaskView;
 
 use crate::error::{CliError, Outcome};
-use crate::output::{clip, emit, heartbeat_age, status_label, table, task_block, TaskView};
+use crate::output::{clip, emit, heartbeat_age, status_label, table, task_block, to_json};
 use crate::Context;
 
 /// Arguments of `taskgate list`.
@@ -56,7 +59,7 @@ pub(crate) async fn list(args: ListArgs, ctx: &Context) -> Outcome {
     let tasks = broker.list(&filter).await?;
     let now = broker.now().await?;
     let json = json!({
-        "tasks": tasks.iter().map(TaskView::json).collect::<Vec<_>>(),
+        "tasks": tasks.iter().map(|t| TaskView::at(t, now)).collect::<Vec<_>>(),
         "limit": filter.limit,
         "offset": filter.offset,
     });
@@ -119,7 +122,8 @@ pub(crate) async fn get(args: IdArgs, ctx: &Context) -> Outcome {
     let broker = ctx.db.open().await?;
     let task = broker.get(&args.id).await?;
     let now = broker.now().await?;
-    emit(ctx.format, &task_block(&task, now), &TaskView::json(&task));
+    let view = TaskView::detail(&*broker, &task, None).await?;
+    emit(ctx.format, &task_block(&task, now), &to_json(&view));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
@@ -139,7 +143,7 @@ pub(crate) async fn cancel(args: IdArgs, ctx: &Context) -> Outcome {
         ),
         false => format!("canceled {}\n", task.id),
     };
-    emit(ctx.format, &human, &TaskView::json(&task));
+    emit(ctx.format, &human, &to_json(&TaskView::from(&task)));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
@@ -150,7 +154,7 @@ pub(crate) async fn resume(args: IdArgs, ctx: &Context) -> Outcome {
     let broker = ctx.db.open().await?;
     let task = acted_on(broker.audited(&ctx.actor, &AdminAction::Resume { id: args.id }).await?)?;
     let human = format!("resumed {}: now {} (resumes: {})\n", task.id, task.status, task.resumes);
-    emit(ctx.format, &human, &TaskView::json(&task));
+    emit(ctx.format, &human, &to_json(&TaskView::from(&task)));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }
@@ -191,7 +195,7 @@ pub(crate) async fn replay(args: ReplayArgs, ctx: &Context) -> Outcome {
     let broker = ctx.db.open().await?;
     let task = acted_on(broker.audited(&ctx.actor, &AdminAction::Replay(request)).await?)?;
     let human = format!("replayed {} as {} (now {})\n", task.replay_of, task.id, task.status);
-    emit(ctx.format, &human, &TaskView::json(&task));
+    emit(ctx.format, &human, &to_json(&TaskView::from(&task)));
     broker.close().await.ok();
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,8 @@
 //! token and leave an audit record), and stops with exit 0 on SIGINT. On SQLite: under
 //! `ulimit -n 256` it stays reachable behind 300 slow clients, closes them after its timeouts,
 //! and answers 600 connections opened at once; its token errors never show a secret. The
-//! admin API's named rules (`taskgate_admin::testkit`) hold for the real binary on all three.
+//! admin API's named rules (`taskgate_admin::testkit`) hold for the real binary on all three,
+//! and `taskgate --json get`/`list` print the task objects it answers.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -14,7 +15,7 @@ use rstest::rstest;
 use taskgate::{Status, Task};
 use taskgate_admin::testkit;
 
-use crate::common::{run, stop_child, taskgate, tg, TestDb, RUN_LIMIT};
+use crate::common::{json, run, stop_child, taskgate, tg, TestDb, RUN_LIMIT};
 
 const READ: &str = "ops-read:read=read-secret-0123456789";
 const WRITE: &str = "ops-write:write=write-secret-0123456789";
@@ -119,6 +120,60 @@ async fn serve_answers_over_a_socket_and_stops_on_sigint(#[case] backend: &'stat
     assert_eq!(code, Some(0), "serve stops cleanly on SIGINT");
     broker.close().await.ok();
     db.remove().await;
+}
+
+/// Issue 41: `taskgate --json get` prints the task object `GET /api/v1/tasks/{id}` answers,
+/// and `taskgate --json list` the elements of `GET /api/v1/tasks`: the same JSON, compared
+/// value for value with `taskgate serve` on the same database, and held to the admin API's own
+/// snapshot of the same task (`admin/tests/snapshots/api__task_json_payload.snap`, which
+/// `admin/tests/api.rs` asserts too).
+#[rstest]
+#[case::sqlite("sqlite")]
+#[case::postgres("postgres")]
+#[case::mysql("mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_task_is_the_api_task_view(#[case] backend: &'static str) {
+    let Some(db) = TestDb::new(backend).await else { return };
+    assert_eq!(tg(&db, &["migrate"]).code, 0, "migrate");
+    let broker = db.broker().await;
+    // The admin API test's task `a1`.
+    let a1 = Task::new("email", "mail")
+        .with_id("a1")
+        .with_owner("alice")
+        .with_payload(br#"{"to":"a@example.com","n":1}"#.to_vec());
+    broker.enqueue(&a1).await.expect("enqueue a1");
+    let cli_get = json(&tg(&db, &["--json", "get", "a1"]));
+    let cli_list = json(&tg(&db, &["--json", "list"]));
+
+    let mut cmd = taskgate();
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--token", READ]);
+    let (mut child, addr) = start(cmd, &db);
+    let (status, api_get) = http(&addr, "GET", "/api/v1/tasks/a1", "read-secret-0123456789");
+    let (_, api_list) = http(&addr, "GET", "/api/v1/tasks", "read-secret-0123456789");
+    let code = stop_child(&mut child, true, RUN_LIMIT, "serve after SIGINT");
+    broker.close().await.ok();
+    db.remove().await;
+
+    assert_eq!(status, 200, "{api_get}");
+    assert_eq!(cli_get, api_get, "taskgate --json get a1 and GET /api/v1/tasks/a1");
+    assert_eq!(cli_list["tasks"], api_list["tasks"], "taskgate --json list and GET /api/v1/tasks");
+    assert_eq!(code, Some(0), "serve stops cleanly on SIGINT");
+    insta::with_settings!({
+        snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/../admin/tests/snapshots"),
+        prepend_module_to_snapshot => false,
+    }, {
+        insta::assert_json_snapshot!("api__task_json_payload", scrub_times(cli_get));
+    });
+}
+
+/// `task` with its non-null times replaced as the admin API's snapshots have them.
+fn scrub_times(mut task: serde_json::Value) -> serde_json::Value {
+    for key in ["created_at", "run_at", "started_at", "finished_at"] {
+        if let Some(time) = task.get_mut(key).filter(|t| !t.is_null()) {
+            *time = "[time]".into();
+        }
+    }
+    task
 }
 
 /// Issue 43, item 4: every rule of `taskgate_admin::testkit::RULES` (a read token cannot

@@ -97,7 +97,15 @@ async fn scenario(db: &TestDb) {
 
     // get.
     snap!("get_failed", clean(&ok(tg(db, &["get", &report.id])).stdout));
-    snap!("get_json", clean(&ok(tg(db, &["get", "--json", &email.id])).stdout));
+    // `--json get` prints the admin API's task view (its shape: the shared snapshot of
+    // serve.rs's `json_task_is_the_api_task_view`).
+    let got = json(&ok(tg(db, &["get", "--json", &email.id])));
+    assert_eq!(got["payload"], serde_json::json!({"to": "ops@example.com"}), "{got}");
+    assert_eq!(
+        (&got["payload_encoding"], &got["parents"]),
+        (&"json".into(), &serde_json::json!([]))
+    );
+    assert_eq!((&got["children"], &got["more_children"]), (&serde_json::json!([]), &false.into()));
 
     // resume: failed → pending under the same ID.
     snap!("resume", clean(&ok(tg(db, &["resume", &report.id])).stdout));
