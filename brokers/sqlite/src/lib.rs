@@ -146,7 +146,7 @@ impl SqliteBroker {
     pub async fn schema_versions(&self) -> Result<Vec<i64>> {
         let backend = |e: taskgate_sql::DbError| Error::backend("sqlite", e);
         let mut conn = self.adapter.readers.acquire().await.map_err(backend)?;
-        let mut conn = adapter::ConnRef(&mut conn);
+        let mut conn = conn::ConnRef(&mut conn);
         let status =
             taskgate_sql::schema_status(&mut conn, &SqliteDialect, self.inner.prefix(), MIGRATIONS);
         Ok(status.await.map_err(backend)?.applied.unwrap_or_default())
@@ -199,7 +199,7 @@ impl SqliteOptions {
         let connect = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
         let mut conn = sqlx::SqliteConnection::connect_with(&connect).await.map_err(backend)?;
         let status = taskgate_sql::schema_status(
-            &mut adapter::ConnRef(&mut conn),
+            &mut conn::ConnRef(&mut conn),
             &SqliteDialect,
             &self.prefix,
             MIGRATIONS,
