@@ -59,7 +59,7 @@ use taskgate::validate::{
     prune_statuses, validate_claim, validate_id, validate_queue, validate_replay_request,
     validate_step, validate_tasks,
 };
-use taskgate::wake::{wait_for_work, Interest, Lifecycle, Probe};
+use taskgate::wake::{wait_for_work, Interest, Lifecycle, Probe, Waiting};
 use taskgate::{
     AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions,
     Capabilities, Counts, Failure, Filter, Limits, PruneRequest, QueueList, QuotaConfig, QuotaGate,
@@ -203,7 +203,17 @@ impl Broker for MemoryBroker {
         let hub = &self.inner.store.hub;
         let probe = |_| std::future::ready(self.probe(&queues, max));
         // Memory wakes every waiter on each write (its looks are cheap): no counted wakes.
-        wait_for_work(hub, Interest::default(), &self.inner.life, &*clock, None, probe).await
+        wait_for_work(
+            Waiting {
+                hub: hub,
+                interest: Interest::default(),
+                life: &self.inner.life,
+                clock: &*clock,
+                poll: None,
+            },
+            probe,
+        )
+        .await
     }
 
     async fn ack_many(&self, items: &[AckItem]) -> Result<Vec<Result<()>>> {

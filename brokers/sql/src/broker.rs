@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use taskgate::audit::{records_rejection, validate_action};
-use taskgate::wake::{wait_for_work, Interest, Look, Probe};
+use taskgate::wake::{wait_for_work, Interest, Look, Probe, Waiting};
 use taskgate::{
     validate, AckItem, AdminAction, AdminOutcome, AuditQuery, AuditRecord, Broker, BrokerOptions,
     Capabilities, Counts, Error, Failure, Filter, Limits, PruneRequest, QueueList, QueueStats,
@@ -242,9 +242,16 @@ impl Broker for SqlBroker {
         let core = &self.core;
         let poll = Some(core.poll_interval);
         let interest = Interest { queues: &queues, batch: max };
-        wait_for_work(&core.hub, interest, &core.life, &*opts.clock, poll, |look| {
-            self.probe(&opts, &queues, max, look)
-        })
+        wait_for_work(
+            Waiting {
+                hub: &core.hub,
+                interest: interest,
+                life: &core.life,
+                clock: &*opts.clock,
+                poll: poll,
+            },
+            |look| self.probe(&opts, &queues, max, look),
+        )
         .await
     }
 
