@@ -205,7 +205,7 @@ impl Broker for MemoryBroker {
         // Memory wakes every waiter on each write (its looks are cheap): no counted wakes.
         wait_for_work(
             Waiting {
-                hub: hub,
+                hub,
                 interest: Interest::default(),
                 life: &self.inner.life,
                 clock: &*clock,

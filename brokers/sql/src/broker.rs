@@ -19,7 +19,7 @@ use crate::combine::{self, Combine};
 use crate::core::{Core, BLOB_HEADROOM};
 use crate::deliver::{claim_args, probe_and_claim};
 use crate::dialect::Dialect;
-use crate::migrate::{migrate, Migration};
+use crate::migrate::{migrate, schema_status, Migration, SchemaStatus};
 use crate::ops::ack::choose::{ack_valid, no_nul_token};
 use crate::ops::enqueue::choose::{enqueue_error, enqueue_valid};
 use crate::ops::{audit, enqueue, finish, prune, read, reap, replay};
@@ -87,6 +87,20 @@ impl SqlBroker {
             capabilities: config.capabilities.with_quota(true).with_audit(true),
             combine: Arc::default(),
         })
+    }
+
+    /// The schema under this broker's prefix ([`schema_status`]) on a session of its own.
+    /// Needs no `init`: a broker constructed on a database without a schema answers
+    /// `applied: None`.
+    pub async fn schema_status(&self) -> taskgate::Result<SchemaStatus> {
+        let dialect = &*self.core().dialect;
+        let backend = |e| taskgate::Error::backend(dialect.name(), e);
+        let mut session = self.adapter().session().await.map_err(backend)?;
+        let status = schema_status(&mut *session, dialect, self.prefix(), self.migrations()).await;
+        let closed = session.close().await;
+        let status = status.map_err(backend)?;
+        closed.map_err(backend)?;
+        Ok(status)
     }
 
     /// Applies the embedded migrations not yet recorded; returns the versions applied.
@@ -243,13 +257,7 @@ impl Broker for SqlBroker {
         let poll = Some(core.poll_interval);
         let interest = Interest { queues: &queues, batch: max };
         wait_for_work(
-            Waiting {
-                hub: &core.hub,
-                interest: interest,
-                life: &core.life,
-                clock: &*opts.clock,
-                poll: poll,
-            },
+            Waiting { hub: &core.hub, interest, life: &core.life, clock: &*opts.clock, poll },
             |look| self.probe(&opts, &queues, max, look),
         )
         .await

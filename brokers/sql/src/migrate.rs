@@ -13,7 +13,7 @@ use taskgate::Timestamp;
 
 use crate::adapter::Session;
 use crate::dialect::{rewrite_placeholders, Placeholder};
-use crate::{Adapter, DbResult, Dialect, Kind, SqlBroker, SqlConn, Value};
+use crate::{Adapter, DbResult, Dialect, Kind, SqlConn, Value};
 
 /// One embedded migration file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,22 +111,6 @@ pub async fn schema_status<C: SqlConn + ?Sized>(
     };
     let applied = rows.into_iter().filter_map(version).collect();
     Ok(SchemaStatus { applied: Some(applied), known })
-}
-
-impl SqlBroker {
-    /// The schema under this broker's prefix ([`schema_status`]) on a session of its own.
-    /// Needs no `init`: a broker constructed on a database without a schema answers
-    /// `applied: None`.
-    pub async fn schema_status(&self) -> taskgate::Result<SchemaStatus> {
-        let dialect = &*self.core().dialect;
-        let backend = |e| taskgate::Error::backend(dialect.name(), e);
-        let mut session = self.adapter().session().await.map_err(backend)?;
-        let status = schema_status(&mut *session, dialect, self.prefix(), self.migrations()).await;
-        let closed = session.close().await;
-        let status = status.map_err(backend)?;
-        closed.map_err(backend)?;
-        Ok(status)
-    }
 }
 
 /// Splits a migration into statements: a statement ends with `;` at the end of a line.

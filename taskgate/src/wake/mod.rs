@@ -262,13 +262,7 @@ mod tests {
             tokio::spawn(async move {
                 let interest = Interest { queues: &work, batch: 1 };
                 wait_for_work(
-                    Waiting {
-                        hub: &hub,
-                        interest: interest,
-                        life: &life,
-                        clock: &*clock,
-                        poll: None,
-                    },
+                    Waiting { hub: &hub, interest, life: &life, clock: &*clock, poll: None },
                     |_| {
                         probes.fetch_add(1, Ordering::SeqCst);
                         let took = ready
