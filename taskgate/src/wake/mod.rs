@@ -233,7 +233,7 @@ mod tests {
         hub.wake_ready("work", 1);
         let interest = Interest { queues: &work, batch: 1 };
         let got = wait_for_work(
-            Waiting { hub: &hub, interest: interest, life: &life, clock: &clock, poll: None },
+            Waiting { hub: &hub, interest, life: &life, clock: &clock, poll: None },
             |_| {
                 let ready = ready.clone();
                 async move {
@@ -319,7 +319,7 @@ mod tests {
         // The first look: rows held by this handle's own claims in flight.
         let probe = claims_after(&probes, 1, || Probe::Held);
         let waiting = wait_for_work(
-            Waiting { hub: &hub, interest: interest, life: &life, clock: &clock, poll: None },
+            Waiting { hub: &hub, interest, life: &life, clock: &clock, poll: None },
             probe,
         );
         tokio::pin!(waiting);
@@ -342,7 +342,7 @@ mod tests {
         let interest = Interest::default();
         let probe = claims_after(&probes, n, early);
         let waiting = wait_for_work(
-            Waiting { hub: &hub, interest: interest, life: &life, clock: &clock, poll: None },
+            Waiting { hub: &hub, interest, life: &life, clock: &clock, poll: None },
             probe,
         );
         let got = tokio::time::timeout(Duration::from_secs(5), waiting).await;
