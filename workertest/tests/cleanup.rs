@@ -114,24 +114,9 @@ macro_rules! recording {
     }};
 }
 
-/// The tables `$list` (one text column) finds on a new `$conn` to `$url` (evaluated inside the
-/// future), as the closure [`leaves_no_tables`] calls.
-macro_rules! tables {
-    ($conn:ty, $url:expr, $list:expr) => {
-        move || -> BoxFuture<'static, Result<Vec<String>, BoxError>> {
-            Box::pin(async move {
-                let mut conn = <$conn as Connection>::connect(&$url).await?;
-                let tables = sqlx::query_scalar($list).fetch_all(&mut conn).await?;
-                conn.close().await?;
-                Ok(tables)
-            })
-        }
-    };
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_scenario_leaves_no_sqlite_tables() -> Result<(), BoxError> {
-    use taskgate_sqlite::sqlx::{self, Connection, SqliteConnection};
+    use taskgate_sqlite::sqlx::{self, Connection as _};
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("shared.db");
     let sqlite = taskgate_sqlite::testing::SqliteFactory::on_file(&file);
@@ -142,25 +127,47 @@ async fn a_failing_scenario_leaves_no_sqlite_tables() -> Result<(), BoxError> {
     });
     let factory = Arc::new(Recording { name: "sqlite", make, prefixes: Mutex::default() });
     let url = format!("sqlite://{}", file.display());
-    let list = "SELECT name FROM sqlite_master WHERE type = 'table'";
-    leaves_no_tables(factory, tables!(SqliteConnection, url, list)).await
+    leaves_no_tables(factory, move || {
+        Box::pin(async move {
+            let mut conn = sqlx::SqliteConnection::connect(&url).await?;
+            let list = "SELECT name FROM sqlite_master WHERE type = 'table'";
+            let tables = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
+            conn.close().await?;
+            Ok(tables)
+        })
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_scenario_leaves_no_postgres_tables() -> Result<(), BoxError> {
-    use taskgate_postgres::sqlx::{self, Connection, PgConnection};
+    use taskgate_postgres::sqlx::{self, Connection as _};
     let pg = taskgate_postgres::testing::PgFactory::from_env();
-    let factory = recording!("postgres", pg.clone(), pg_storage);
-    let list = "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()";
-    leaves_no_tables(factory, tables!(PgConnection, pg.url().await?, list)).await
+    leaves_no_tables(recording!("postgres", pg.clone(), pg_storage), move || {
+        Box::pin(async move {
+            let mut conn = sqlx::PgConnection::connect(&pg.url().await?).await?;
+            let list = "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()";
+            let tables = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
+            conn.close().await?;
+            Ok(tables)
+        })
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_scenario_leaves_no_mariadb_tables() -> Result<(), BoxError> {
-    use taskgate_mysql::sqlx::{self, Connection, MySqlConnection};
+    use taskgate_mysql::sqlx::{self, Connection as _};
     let mysql = taskgate_mysql::testing::MySqlFactory::from_env();
-    let factory = recording!("mysql", mysql.clone(), mysql_storage);
-    let list = "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
-                WHERE table_schema = DATABASE()";
-    leaves_no_tables(factory, tables!(MySqlConnection, mysql.server_url().await?, list)).await
+    leaves_no_tables(recording!("mysql", mysql.clone(), mysql_storage), move || {
+        Box::pin(async move {
+            let mut conn = sqlx::MySqlConnection::connect(&mysql.server_url().await?).await?;
+            let list = "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
+                        WHERE table_schema = DATABASE()";
+            let tables = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
+            conn.close().await?;
+            Ok(tables)
+        })
+    })
+    .await
 }
