@@ -22,35 +22,42 @@ pub(crate) enum Claim {
     Stop,
 }
 
-/// How a claim waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// `dequeue_many`: until a task is ready or shutdown (the dropped claim is cancel-safe: it
-    /// returns what it claimed to `pending`).
-    ForWork,
-    /// `try_dequeue_many`: not at all (a backlog is known; an empty answer ends it).
-    No,
-}
-
-/// One claim of up to `max` tasks from `q`, waiting as `wait` says; stopped by `stop`.
+/// One `dequeue_many` for up to `max` tasks, waiting until one is ready or shutdown (the
+/// dropped claim is cancel-safe: it returns what it claimed to `pending`).
 pub(crate) async fn dequeue(
     inner: &Inner,
     q: &QueueRt,
     max: usize,
-    wait: Wait,
     stop: &CancellationToken,
 ) -> Claim {
     let queues = [q.name.as_str()];
-    let claim = async {
-        match wait {
-            Wait::ForWork => inner.broker.dequeue_many(&queues, max).await,
-            Wait::No => inner.broker.try_dequeue_many(&queues, max).await,
-        }
-    };
     let claimed = tokio::select! {
-        r = claim => r,
+        r = inner.broker.dequeue_many(&queues, max) => r,
         () = stop.cancelled() => return Claim::Stop,
     };
+    claimed_or_failed(q, claimed, stop).await
+}
+
+/// One `try_dequeue_many` (a backlog is known; an empty answer ends it).
+pub(crate) async fn try_dequeue(
+    inner: &Inner,
+    q: &QueueRt,
+    max: usize,
+    stop: &CancellationToken,
+) -> Claim {
+    let queues = [q.name.as_str()];
+    let claimed = tokio::select! {
+        r = inner.broker.try_dequeue_many(&queues, max) => r,
+        () = stop.cancelled() => return Claim::Stop,
+    };
+    claimed_or_failed(q, claimed, stop).await
+}
+
+async fn claimed_or_failed(
+    q: &QueueRt,
+    claimed: taskgate::Result<Vec<taskgate::Task>>,
+    stop: &CancellationToken,
+) -> Claim {
     match claimed {
         Ok(tasks) => Claim::Tasks(tasks),
         Err(e) => claim_failed(q, &e, stop).await,

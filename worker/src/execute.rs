@@ -145,9 +145,7 @@ async fn tick(ticker: &mut Option<Ticker>) {
     }
 }
 
-async fn in_flight(
-    beat: &mut Option<BoxFuture<'static, taskgate::Result<()>>>,
-) -> taskgate::Result<()> {
+async fn in_flight(beat: &mut Option<BoxFuture<'static, taskgate::Result<()>>>) -> taskgate::Result<()> {
     match beat {
         Some(b) => b.await,
         None => std::future::pending().await,

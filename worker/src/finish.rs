@@ -138,9 +138,7 @@ fn failed(
 ) -> Write {
     let message = storable(e.message());
     let (kind, delay, is_final) = match e.kind() {
-        FailureKind::Skip => {
-            return Write::Fail { failure: Failure::skip(message), retry_in: None }
-        }
+        FailureKind::Skip => return Write::Fail { failure: Failure::skip(message), retry_in: None },
         FailureKind::Throttled { retry_after } => {
             (FailKind::Throttled, retry_after, task.throttled + 1 >= throttled_max)
         }
@@ -206,9 +204,7 @@ pub(crate) async fn write(
     let (broker, op) = (&inner.broker, write.op());
     match write {
         Write::Ack(result) => write_with_retry(op, || broker.ack(id, token, result.clone())).await,
-        Write::Step(step) => {
-            write_with_retry(op, || broker.save_step(id, token, step.clone())).await
-        }
+        Write::Step(step) => write_with_retry(op, || broker.save_step(id, token, step.clone())).await,
         Write::Fail { failure, .. } | Write::Reject(failure) => {
             write_with_retry(op, || broker.fail(id, token, failure.clone())).await
         }

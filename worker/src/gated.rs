@@ -10,7 +10,7 @@ use taskgate::QuotaGate;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::{claim_failed, dequeue, Claim, Wait};
+use crate::claim::{claim_failed, dequeue, Claim};
 use crate::error::chain_text;
 use crate::execute::Execs;
 use crate::inner::Inner;
@@ -42,7 +42,7 @@ pub(crate) async fn claim_loop(inner: Arc<Inner>, q: Arc<QueueRt>, execs: Execs)
         }
         let claim = match &q.quota {
             Some(gate) => quota_claim(&inner, &q, gate, &stop).await,
-            None => dequeue(&inner, &q, want, Wait::ForWork, &stop).await,
+            None => dequeue(&inner, &q, want, &stop).await,
         };
         let tasks = match claim {
             Claim::Tasks(tasks) => tasks,

@@ -15,9 +15,8 @@ use crate::job::{decode, encode};
 use crate::{Job, JobContext, JobError};
 
 /// A registered handler, erased.
-pub(crate) type Handler = Arc<
-    dyn Fn(JobContext) -> BoxFuture<'static, Result<Outcome, JobError>> + Send + Sync + 'static,
->;
+pub(crate) type Handler =
+    Arc<dyn Fn(JobContext) -> BoxFuture<'static, Result<Outcome, JobError>> + Send + Sync + 'static>;
 
 /// What a stepwise handler returns: one more step (its checkpoint is saved and the task runs
 /// again after `step.delay`), or the final output.

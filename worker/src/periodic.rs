@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::chain_text;
 use crate::inner::Inner;
-use crate::job::encode;
 use crate::retry::write_with_retry;
+use crate::job::encode;
 use crate::{Error, Job, Result};
 
 /// Ticks missed while the process ran (a suspended machine, a stalled clock) that are still

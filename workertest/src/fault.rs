@@ -255,15 +255,10 @@ impl Workload {
     }
 
     /// Waits (up to `limit`) until every task of the workload is final on `reader`.
-    pub async fn until_all_final(
-        &self,
-        reader: &dyn Broker,
-        limit: Duration,
-    ) -> Result<(), BoxError> {
+    pub async fn until_all_final(&self, reader: &dyn Broker, limit: Duration) -> Result<(), BoxError> {
         let started = Instant::now();
         loop {
-            let open =
-                self.stored(reader).await?.iter().filter(|t| !t.status.is_terminal()).count();
+            let open = self.stored(reader).await?.iter().filter(|t| !t.status.is_terminal()).count();
             if open == 0 {
                 return Ok(());
             }
@@ -276,11 +271,7 @@ impl Workload {
 }
 
 /// Waits (up to `limit`) until `check` holds.
-pub async fn until(
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> bool,
-) -> Result<(), BoxError> {
+pub async fn until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Result<(), BoxError> {
     let started = Instant::now();
     while !check() {
         if started.elapsed() > limit {

@@ -5,6 +5,8 @@
 //! (a shared file, one prefix per scenario), PostgreSQL and MariaDB. Unreachable servers skip
 //! loudly (and fail under `TASKGATE_REQUIRE_DB=1`, as in CI).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -31,7 +33,9 @@ fn errs_midway(factory: Arc<dyn Factory>) -> BoxFuture<'static, CaseResult> {
     })
 }
 
-async fn busy_world(factory: &dyn Factory) -> Result<(World, taskgate_worker::Runtime), BoxError> {
+async fn busy_world(
+    factory: &dyn Factory,
+) -> Result<(World, taskgate_worker::Runtime), BoxError> {
     let world = World::new(factory).await?;
     let runtime = world
         .start(|b| b.register(|job: Work, _ctx| async move { Ok::<_, JobError>(job.n) }))
@@ -47,7 +51,7 @@ const FAILING: [(Scenario, &str); 2] = [
     (Scenario { name: "errs_midway", run: errs_midway }, "a deliberate error"),
 ];
 
-type Made = BoxFuture<'static, Result<(String, Box<dyn Storage>), BoxError>>;
+type Made = Pin<Box<dyn Future<Output = Result<(String, Box<dyn Storage>), BoxError>> + Send>>;
 
 /// A factory that remembers the table prefix of every storage it hands out.
 struct Recording {
@@ -69,33 +73,30 @@ impl Factory for Recording {
     }
 }
 
-/// Runs both failing scenarios on `factory`, then asserts that none of the tables `tables`
-/// lists afterwards (every table on the server) has one of their prefixes. An unavailable
-/// backend skips loudly.
-async fn leaves_no_tables(
-    factory: Arc<Recording>,
-    tables: impl FnOnce() -> BoxFuture<'static, Result<Vec<String>, BoxError>>,
-) -> Result<(), BoxError> {
+/// Runs both failing scenarios on `factory`; returns the prefixes they used (`None`: the
+/// backend is unavailable, skipped loudly).
+async fn run_failing(factory: Arc<Recording>) -> Result<Option<Vec<String>>, BoxError> {
     for (scenario, says) in &FAILING {
         let outcome = run_scenario(scenario, factory.clone()).await;
         match &outcome {
             Outcome::Skipped(why) => {
                 brokertest::skip(&format!("{}: failing-scenario cleanup", factory.name), why);
-                return Ok(());
+                return Ok(None);
             }
             Outcome::Failed(why) if why.contains(says) => {}
-            other => {
-                return Err(format!("{}: expected a failure, got {other:?}", scenario.name).into())
-            }
+            other => return Err(format!("{}: expected a failure, got {other:?}", scenario.name).into()),
         }
     }
     let prefixes = factory.prefixes.lock().unwrap_or_else(|p| p.into_inner()).clone();
     assert_eq!(prefixes.len(), FAILING.len(), "one storage per scenario");
-    let tables = tables().await?;
+    Ok(Some(prefixes))
+}
+
+/// Asserts that none of `tables` (every test table on the server) has one of `prefixes`.
+fn assert_gone(prefixes: &[String], tables: &[String]) {
     let left: Vec<&String> =
         tables.iter().filter(|t| prefixes.iter().any(|p| t.starts_with(p.as_str()))).collect();
     assert!(left.is_empty(), "tables left behind by the failing scenarios: {left:?}");
-    Ok(())
 }
 
 /// A factory on `$factory` that records each storage's prefix through `$storage` (the
@@ -126,48 +127,40 @@ async fn a_failing_scenario_leaves_no_sqlite_tables() -> Result<(), BoxError> {
         Box::pin(async move { Ok((TEST_PREFIX_START.to_owned(), sqlite.storage().await?)) })
     });
     let factory = Arc::new(Recording { name: "sqlite", make, prefixes: Mutex::default() });
-    let url = format!("sqlite://{}", file.display());
-    leaves_no_tables(factory, move || {
-        Box::pin(async move {
-            let mut conn = sqlx::SqliteConnection::connect(&url).await?;
-            let list = "SELECT name FROM sqlite_master WHERE type = 'table'";
-            let tables = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
-            conn.close().await?;
-            Ok(tables)
-        })
-    })
-    .await
+    let Some(prefixes) = run_failing(factory).await? else { return Ok(()) };
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", file.display())).await?;
+    let list = "SELECT name FROM sqlite_master WHERE type = 'table'";
+    let tables: Vec<String> = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
+    conn.close().await?;
+    assert_gone(&prefixes, &tables);
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_scenario_leaves_no_postgres_tables() -> Result<(), BoxError> {
     use taskgate_postgres::sqlx::{self, Connection as _};
     let pg = taskgate_postgres::testing::PgFactory::from_env();
-    leaves_no_tables(recording!("postgres", pg.clone(), pg_storage), move || {
-        Box::pin(async move {
-            let mut conn = sqlx::PgConnection::connect(&pg.url().await?).await?;
-            let list = "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()";
-            let tables = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
-            conn.close().await?;
-            Ok(tables)
-        })
-    })
-    .await
+    let factory = recording!("postgres", pg.clone(), pg_storage);
+    let Some(prefixes) = run_failing(factory).await? else { return Ok(()) };
+    let mut conn = sqlx::PgConnection::connect(&pg.url().await?).await?;
+    let list = "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema()";
+    let tables: Vec<String> = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
+    conn.close().await?;
+    assert_gone(&prefixes, &tables);
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_scenario_leaves_no_mariadb_tables() -> Result<(), BoxError> {
     use taskgate_mysql::sqlx::{self, Connection as _};
     let mysql = taskgate_mysql::testing::MySqlFactory::from_env();
-    leaves_no_tables(recording!("mysql", mysql.clone(), mysql_storage), move || {
-        Box::pin(async move {
-            let mut conn = sqlx::MySqlConnection::connect(&mysql.server_url().await?).await?;
-            let list = "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
-                        WHERE table_schema = DATABASE()";
-            let tables = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
-            conn.close().await?;
-            Ok(tables)
-        })
-    })
-    .await
+    let factory = recording!("mysql", mysql.clone(), mysql_storage);
+    let Some(prefixes) = run_failing(factory).await? else { return Ok(()) };
+    let mut conn = sqlx::MySqlConnection::connect(&mysql.server_url().await?).await?;
+    let list = "SELECT CAST(table_name AS CHAR) FROM information_schema.tables \
+                WHERE table_schema = DATABASE()";
+    let tables: Vec<String> = sqlx::query_scalar(list).fetch_all(&mut conn).await?;
+    conn.close().await?;
+    assert_gone(&prefixes, &tables);
+    Ok(())
 }

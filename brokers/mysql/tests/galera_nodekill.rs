@@ -235,11 +235,9 @@ async fn workload(storage: &MySqlStorage) -> Result<Run, BoxError> {
     run.figures = Figures::tally(&submissions, &stored, &ledger);
     let survivor = |s: &workertest::fault::Submission| s.node != VICTIM;
     let victim = |s: &workertest::fault::Submission| s.node == VICTIM;
-    run.acknowledged_on_victim =
-        submissions.iter().filter(|s| victim(s) && s.outcome.is_ok()).count();
+    run.acknowledged_on_victim = submissions.iter().filter(|s| victim(s) && s.outcome.is_ok()).count();
     run.resume = first_ok_after(&submissions, down, survivor).map(|s| s.returned - killed);
-    run.victim_back =
-        first_ok_after(&submissions, restarted, victim).map(|s| s.returned - restarted);
+    run.victim_back = first_ok_after(&submissions, restarted, victim).map(|s| s.returned - restarted);
     run.longest_survivor = longest(&submissions, survivor);
     let runs = ledger.runs();
     let on_victim: std::collections::HashSet<&str> =

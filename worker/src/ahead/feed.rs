@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::pump::pump;
-use crate::claim::{dequeue, Claim, Wait};
+use crate::claim::{dequeue, try_dequeue, Claim};
 use crate::execute::Execs;
 use crate::inner::Inner;
 use crate::queue::QueueRt;
@@ -16,8 +16,10 @@ pub(crate) async fn feed_loop(inner: Arc<Inner>, q: Arc<QueueRt>, execs: Execs, 
     loop {
         let Some(want) = q.ahead.reserve(&stop, n).await else { return };
         let started = Instant::now();
-        let wait = if n == 0 { Wait::ForWork } else { Wait::No };
-        let claim = dequeue(&inner, &q, want, wait, &stop).await;
+        let claim = match n {
+            0 => dequeue(&inner, &q, want, &stop).await,
+            _ => try_dequeue(&inner, &q, want, &stop).await,
+        };
         match claim {
             Claim::Tasks(tasks) => {
                 q.ahead.land(want, tasks, started.elapsed(), inner.clock.now_ms());
