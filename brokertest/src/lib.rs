@@ -56,8 +56,7 @@ pub use deadline::{within, TEST_LIMIT, WAIT_LIMIT};
 pub use harness::{spawn_dequeue_on, task, Harness, Waiter, REAL_WINDOW, SAFETY_TIMEOUT};
 pub use record::{record, Origin, REPORT_VAR};
 pub use report::{
-    case_names, conclude, run_all, run_case_test, run_isolated, run_matching, CaseFn, CaseReport,
-    Outcome, CASE_TIMEOUT,
+    case_names, run_all, run_case_test, run_matching, CaseReport, Outcome, CASE_TIMEOUT,
 };
 pub use skip::{or_skip, require_db, skip, OPTED_OUT};
 pub use suites::{history_suite_test, model_suite_test, regressions_suite_test};

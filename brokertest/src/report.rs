@@ -74,25 +74,16 @@ async fn run_one(name: &str, factory: Arc<dyn Factory>) -> Outcome {
     run_case(case.run, factory).await
 }
 
-/// A case body, as the case list (and `workertest`'s scenario list) holds it.
-pub type CaseFn = fn(Arc<dyn Factory>) -> taskgate::BoxFuture<'static, crate::CaseResult>;
-
 /// Runs one case body on its own task, bounded by [`CASE_TIMEOUT`], then removes any storage
 /// it left behind.
-async fn run_case(run: CaseFn, factory: Arc<dyn Factory>) -> Outcome {
-    run_isolated(run, factory, CASE_TIMEOUT).await
-}
-
-/// The isolation kit every suite's cases run in: `run` on its own task (a panic is caught and
-/// becomes [`Outcome::Failed`] with its message), bounded by `limit`, on a [`Tracked`] factory
-/// whose storages are all removed afterwards whatever the outcome (a failing, panicking or
-/// timed-out case leaves no tables or files behind). [`Unavailable`] ends as
-/// [`Outcome::Skipped`], [`Unsupported`] as [`Outcome::Unsupported`].
-pub async fn run_isolated(run: CaseFn, factory: Arc<dyn Factory>, limit: Duration) -> Outcome {
+async fn run_case(
+    run: fn(Arc<dyn Factory>) -> taskgate::BoxFuture<'static, crate::CaseResult>,
+    factory: Arc<dyn Factory>,
+) -> Outcome {
     let tracked = Tracked::new(factory);
     let handle = tokio::spawn(run(tracked.clone()));
     let abort = handle.abort_handle();
-    let outcome = judge(tokio::time::timeout(limit, handle).await, limit, &abort);
+    let outcome = judge(tokio::time::timeout(CASE_TIMEOUT, handle).await, &abort);
     // Whatever the outcome, the case's storage goes (a panicking case never reached its
     // `finish`): no tables or files are left for an hour-old sweep to find.
     match (tracked.sweep().await, outcome) {
@@ -110,12 +101,12 @@ pub async fn run_isolated(run: CaseFn, factory: Arc<dyn Factory>, limit: Duratio
 type Joined =
     Result<Result<crate::CaseResult, tokio::task::JoinError>, tokio::time::error::Elapsed>;
 
-fn judge(joined: Joined, limit: Duration, abort: &tokio::task::AbortHandle) -> Outcome {
+fn judge(joined: Joined, abort: &tokio::task::AbortHandle) -> Outcome {
     match joined {
         Err(_) => Outcome::Failed({
             abort.abort();
             format!(
-                "still running after {limit:?}: a call without a deadline of its own hung \
+                "still running after {CASE_TIMEOUT:?}: a call without a deadline of its own hung \
              (every harness wait has one)"
             )
         }),
@@ -167,16 +158,7 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 pub async fn run_case_test(origin: Origin, name: &str, factory: Arc<dyn Factory>) {
     let backend = factory.name();
     let outcome = run_one(name, factory).await;
-    conclude(origin, &backend, "contract", name, outcome);
-}
-
-/// The end of one generated test of `suite` (`contract`, `worker`): records `outcome` (see
-/// [`record`](crate::record())), panics when it failed, skips loudly (or fails, with
-/// `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable, and passes with a loud
-/// `*** UNSUPPORTED … ***` line when the backend declares it does not support what the case
-/// needs.
-pub fn conclude(origin: Origin, backend: &str, suite: &str, name: &str, outcome: Outcome) {
-    crate::record(origin, backend, suite, name, &outcome);
+    crate::record(origin, &backend, "contract", name, &outcome);
     match outcome {
         Outcome::Passed => {}
         Outcome::Unsupported(why) => {

@@ -13,7 +13,6 @@
 //! `cargo test -p taskgate-sqlite --test worker w13` filters. Scenarios that move time use a
 //! manual clock; the others use real time with generous deadlines that only detect hangs.
 
-pub mod fault;
 pub mod jobs;
 pub mod kill;
 pub mod scenarios;
@@ -22,7 +21,8 @@ mod world;
 
 use std::sync::Arc;
 
-use brokertest::{CaseFn, Factory, Outcome};
+use brokertest::{CaseResult, Factory, Outcome, Unavailable};
+use taskgate::BoxFuture;
 
 pub use world::{eventually, task_until, within, SkewedClock, TestResult, World, DEADLINE};
 
@@ -32,7 +32,7 @@ pub struct Scenario {
     /// The stable test name.
     pub name: &'static str,
     /// Runs the scenario against a factory.
-    pub run: CaseFn,
+    pub run: fn(Arc<dyn Factory>) -> BoxFuture<'static, CaseResult>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -151,25 +151,26 @@ pub static SCENARIOS: &[Scenario] = __with_scenarios!(__scenario_table!());
 /// The whole-scenario limit (a hang detector).
 pub const SCENARIO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// Runs `scenario` against `factory` in brokertest's isolation kit
-/// ([`brokertest::run_isolated`]): on its own task, bounded by [`SCENARIO_TIMEOUT`], a panic
-/// caught and reported, and every storage it took removed afterwards whatever the outcome (a
-/// failing scenario leaves no tables or files behind). A scenario needing what the backend
-/// declares it lacks ([`World::require`]) ends as [`Outcome::Unsupported`].
-pub async fn run_scenario(scenario: &Scenario, factory: Arc<dyn Factory>) -> Outcome {
-    brokertest::run_isolated(scenario.run, factory, SCENARIO_TIMEOUT).await
-}
-
-/// The body of one generated test: runs scenario `name` ([`run_scenario`]) and concludes it
-/// as brokertest does ([`brokertest::conclude`], suite `worker`): recorded for CI's count,
-/// a panic when it failed, a loud skip (or a failure, with `TASKGATE_REQUIRE_DB=1`) when the
-/// backend is unavailable, a loud `UNSUPPORTED` line when the backend declares it lacks what
-/// the scenario needs.
+/// The body of one generated test: runs scenario `name`, records its outcome (suite `worker`,
+/// see [`brokertest::record`]), panics when it fails, skips loudly (or fails, with
+/// `TASKGATE_REQUIRE_DB=1`) when the backend is unavailable.
 pub async fn run_scenario_test(origin: brokertest::Origin, name: &str, factory: Arc<dyn Factory>) {
     let backend = factory.name();
     let Some(scenario) = SCENARIOS.iter().find(|s| s.name == name) else {
         panic!("unknown scenario {name}");
     };
-    let outcome = run_scenario(scenario, factory).await;
-    brokertest::conclude(origin, &backend, "worker", name, outcome);
+    let outcome = match tokio::time::timeout(SCENARIO_TIMEOUT, (scenario.run)(factory)).await {
+        Ok(Ok(())) => Outcome::Passed,
+        Ok(Err(e)) => match e.downcast_ref::<Unavailable>() {
+            Some(u) => Outcome::Skipped(u.0.clone()),
+            None => Outcome::Failed(e.to_string()),
+        },
+        Err(_) => Outcome::Failed(format!("did not finish within {SCENARIO_TIMEOUT:?}")),
+    };
+    brokertest::record(origin, &backend, "worker", name, &outcome);
+    match outcome {
+        Outcome::Passed | Outcome::Unsupported(_) => {}
+        Outcome::Skipped(why) => brokertest::skip(&format!("{backend}: {name}"), &why),
+        Outcome::Failed(why) => panic!("{backend}: {name} failed: {why}"),
+    }
 }

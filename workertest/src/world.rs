@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use brokertest::{Factory, Need, Storage};
+use brokertest::{Factory, Storage};
 use taskgate::{BoxError, BoxFuture, Broker, Clock, ManualClock, Task, Ticker, Timestamp};
 use taskgate_worker::{Builder, Client, Runtime};
 
@@ -39,19 +39,6 @@ impl World {
     async fn build(factory: &dyn Factory, clock: Option<ManualClock>) -> TestResult<World> {
         let storage = factory.storage().await?;
         Ok(World { clock, storage, handles: Mutex::new(Vec::new()) })
-    }
-
-    /// This world, for a scenario that needs `need`: when the backend declares it does not
-    /// have it, the storage is removed and the scenario ends as
-    /// [`Outcome::Unsupported`](brokertest::Outcome::Unsupported) (neither passed nor failed);
-    /// when it declares it but does not deliver it, the scenario fails.
-    pub async fn require(self, need: Need) -> TestResult<World> {
-        let probe = self.handle().await?;
-        if let Err(e) = need.check(&*probe) {
-            self.finish().await?;
-            return Err(e);
-        }
-        Ok(self)
     }
 
     /// A new broker handle on the storage (another "process"), not initialised.

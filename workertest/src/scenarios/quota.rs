@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use brokertest::{CaseResult, Factory, Need};
+use brokertest::{CaseResult, Factory};
 use taskgate::{Broker, QuotaConfig, QuotaGate, QuotaProvider, Reservation, Status};
 use taskgate_worker::{Config, JobError, QueueConfig, Runtime};
 
@@ -21,7 +21,7 @@ fn quota_queue(limit: u32, period: Duration) -> Config {
 /// Limit 3 per 2 s, 5 tasks (fake clock): 3 run and the exhausted flag shows; after the
 /// window turns the other 2 run.
 pub async fn w32_quota_exhaustion(factory: &dyn Factory) -> CaseResult {
-    let world = World::manual(factory).await?.require(Need::Quota).await?;
+    let world = World::manual(factory).await?;
     let config = quota_queue(3, Duration::from_secs(2));
     let rt = world
         .start(|b| {
@@ -107,7 +107,7 @@ impl QuotaGate for FlakyGate {
 /// A failing quota storage admits nothing (stalled flag, zero completions over several
 /// reserve attempts); when it answers again the tasks run and the flag clears.
 pub async fn w33_quota_fail_closed(factory: &dyn Factory) -> CaseResult {
-    let world = World::new(factory).await?.require(Need::Quota).await?;
+    let world = World::new(factory).await?;
     let handle = world.handle().await?;
     let failing = Arc::new(AtomicBool::new(true));
     let reserves = Calls::default();
