@@ -17,7 +17,7 @@ use crate::{Error, Job, JobId, Result, SubmitOptions};
 
 /// How often [`Client::wait`] re-reads a task that another process runs (real time; tasks
 /// this process finishes wake the wait at once).
-const WAIT_POLL: Duration = Duration::from_millis(50);
+pub const WAIT_POLL: Duration = Duration::from_millis(50);
 
 /// Submits jobs and reads their outcome. Cheap to clone; get one from
 /// [`Runtime::client`](crate::Runtime::client) or [`JobContext::client`](crate::JobContext::client).
@@ -185,7 +185,7 @@ impl Client {
     }
 
     fn check_open(&self) -> Result<()> {
-        match self.inner.stops.shutting_down.is_cancelled() {
+        match self.inner.shutting_down.is_cancelled() {
             true => Err(Error::Shutdown),
             false => Ok(()),
         }
@@ -250,7 +250,7 @@ impl Client {
     /// learns of the cancel.
     pub async fn cancel(&self, id: &str) -> Result<()> {
         self.inner.broker.cancel(id).await?;
-        crate::ahead::held::cancel_if_held(&self.inner, id).await;
+        crate::ahead::cancel_if_held(&self.inner, id).await;
         for exec in self.inner.running.get(id) {
             exec.mark(crate::running::USER_CANCELLED, true);
         }
@@ -284,7 +284,7 @@ impl Client {
     pub async fn stats(&self, queue: &str) -> Result<QueueStats> {
         let settings = self.inner.config.settings(queue)?;
         let local = self.inner.queues.get(queue);
-        let flag = |f: fn(&crate::queue::QueueRt) -> bool| local.is_some_and(|q| f(q));
+        let flag = |f: fn(&crate::claim::QueueRt) -> bool| local.is_some_and(|q| f(q));
         Ok(QueueStats {
             workers: settings.workers,
             running: local.map_or(0, |q| q.active.load(Ordering::SeqCst)),

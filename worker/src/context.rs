@@ -8,7 +8,6 @@ use serde::de::DeserializeOwned;
 use taskgate::{ErrorKind, Step, Task};
 use tokio_util::sync::CancellationToken;
 
-use crate::finish::lease_gone;
 use crate::inner::Inner;
 use crate::job::decode;
 use crate::running::{Exec, LEASE_LOST, RELEASED, USER_CANCELLED};
@@ -147,7 +146,7 @@ impl JobContext {
                 self.shared.inner.finished();
                 Err(e.into())
             }
-            Err(e) if lease_gone(&e) => {
+            Err(e) if e.is(ErrorKind::LeaseLost) || e.is(ErrorKind::NotFound) => {
                 exec.mark(LEASE_LOST, true);
                 Err(taskgate::Error::lease_lost(&task.id).into())
             }

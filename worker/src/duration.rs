@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// Parses a Go duration (`"300ms"`, `"1h30m"`, `"0"`). Units: `ns`, `us`/`µs`, `ms`, `s`,
 /// `m`, `h`; fractions allowed (`"1.5h"`). Negative durations are rejected.
-pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+pub fn parse(text: &str) -> Result<Duration, String> {
     let s = text.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
@@ -44,7 +44,7 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// Formats a duration as Go does: `"1h30m0s"`, `"10m0s"`, `"1.5s"`, `"300ms"`, `"0s"`.
-pub(crate) fn format(d: Duration) -> String {
+pub fn format(d: Duration) -> String {
     if d.is_zero() {
         return "0s".to_owned();
     }
@@ -78,19 +78,19 @@ fn trim_fraction(value: u64, unit: u64) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
-/// Serde for a `Duration` field written in Go syntax (`#[serde(with = "crate::duration::serde_go")]`).
-pub(crate) mod serde_go {
+/// Serde for a `Duration` field written in Go syntax (`#[serde(with = "…::duration::serde_go")]`).
+pub mod serde_go {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
     /// Writes the Go form (`"10m0s"`).
-    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&super::format(*d))
     }
 
     /// Reads the Go form (`"10m"`, `"1h30m"`).
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let text = String::deserialize(d)?;
         super::parse(&text).map_err(serde::de::Error::custom)
     }

@@ -8,15 +8,26 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use taskgate::{BoxFuture, Step};
+use taskgate::Step;
 
-use crate::finish::Outcome;
 use crate::job::{decode, encode};
 use crate::{Job, JobContext, JobError};
 
+/// A boxed, sendable future.
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a successful handler run asks the runtime to write.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Ack with this result.
+    Done(Option<Vec<u8>>),
+    /// Save this checkpoint and run again later (§E3).
+    Step(Step),
+}
+
 /// A registered handler, erased.
 pub(crate) type Handler =
-    Arc<dyn Fn(JobContext) -> BoxFuture<'static, Result<Outcome, JobError>> + Send + Sync + 'static>;
+    Arc<dyn Fn(JobContext) -> BoxFuture<Result<Outcome, JobError>> + Send + Sync + 'static>;
 
 /// What a stepwise handler returns: one more step (its checkpoint is saved and the task runs
 /// again after `step.delay`), or the final output.
@@ -93,7 +104,7 @@ where
 }
 
 /// Polls a handler future, turning a panic into `Err(panic text)`.
-pub(crate) struct CatchUnwind(pub(crate) BoxFuture<'static, Result<Outcome, JobError>>);
+pub(crate) struct CatchUnwind(pub(crate) BoxFuture<Result<Outcome, JobError>>);
 
 impl Future for CatchUnwind {
     type Output = Result<Outcome, JobError>;

@@ -65,32 +65,25 @@
 //! ```
 
 mod ahead;
-mod batcher;
-mod bucket;
 mod claim;
 mod client;
 mod completer;
 mod config;
 mod context;
-mod duration;
+pub mod duration;
 mod error;
 mod execute;
-mod finish;
-mod gated;
 mod handler;
 mod inner;
 mod job;
-mod num;
 mod obs;
 #[cfg(feature = "cron")]
 mod periodic;
-mod queue;
-mod retry;
 mod running;
 mod runtime;
 mod shutdown;
 
-pub use client::{Client, Group, QueueStats};
+pub use client::{Client, Group, QueueStats, WAIT_POLL};
 pub use config::{CompleterConfig, Config, QueueConfig, DEFAULT_PREFETCH};
 pub use context::JobContext;
 pub use error::{Error, FailureKind, JobError, Result};

@@ -15,8 +15,7 @@ use taskgate::{ErrorKind, Task, Timestamp};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::chain_text;
-use crate::inner::Inner;
-use crate::retry::write_with_retry;
+use crate::inner::{write_with_retry, Inner};
 use crate::job::encode;
 use crate::{Error, Job, Result};
 
@@ -145,7 +144,7 @@ const CLOCK_RETRY: Duration = Duration::from_secs(1);
 /// `start` (the broker's clock when the runtime started) count. Stops at shutdown.
 pub(crate) async fn run(inner: Arc<Inner>, schedules: Vec<(Periodic, String)>, start: Timestamp) {
     let mut last: Vec<Timestamp> = vec![start; schedules.len()];
-    let stop = inner.stops.shutting_down.clone();
+    let stop = inner.shutting_down.clone();
     loop {
         let next = schedules.iter().zip(&last).filter_map(|((p, _), l)| p.next_tick(*l)).min();
         let Some(next) = next else { return };

@@ -12,18 +12,16 @@ use taskgate::backoff::Backoff;
 use taskgate::notify::NotifyFn;
 use taskgate::{Broker, BrokerOptions, Clock, QuotaGate, QuotaProvider, SystemClock, Task, Ticker};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::ahead::{self, feed::feed_loop, held::requeue_held, keeper::keeper};
-use crate::batcher;
-use crate::completer::{self, Completer, Done};
+use crate::ahead;
+use crate::claim::{claim_loop, QueueRt};
+use crate::completer::{self, Completer};
 use crate::config::{QueueSettings, Resolved};
 use crate::error::chain_text;
-use crate::execute::Execs;
-use crate::gated::claim_loop;
 use crate::handler::{self, Handler, Stepped};
-use crate::inner::{Inner, RetryDelay, Stops};
-use crate::queue::QueueRt;
+use crate::inner::{killable, Inner, RetryDelay};
 #[cfg(feature = "cron")]
 use crate::Periodic;
 use crate::{Client, Config, Error, Job, JobContext, JobError, Result, ShutdownReport};
@@ -229,9 +227,12 @@ impl Builder {
             broker: self.broker,
             clock,
             config,
+            handlers: self.handlers.into_iter().map(|(k, _, h)| (k, h)).collect(),
             queues,
             running: Default::default(),
-            stops: Stops::new(),
+            shutting_down: CancellationToken::new(),
+            kill: CancellationToken::new(),
+            abandon: CancellationToken::new(),
             completer,
             retry_delay,
             finished_tx: watch::Sender::new(0),
@@ -240,8 +241,9 @@ impl Builder {
         let runtime = Runtime {
             inner: inner.clone(),
             loops: TaskTracker::new(),
-            execs: Execs::new(self.handlers.into_iter().map(|(k, _, h)| (k, h)).collect()),
+            execs: TaskTracker::new(),
             completer_task: TaskTracker::new(),
+            completer_stop: CancellationToken::new(),
             stop_timeout: self.stop_timeout,
             shut_down: AtomicBool::new(false),
         };
@@ -348,8 +350,9 @@ impl Builder {
 pub struct Runtime {
     inner: Arc<Inner>,
     loops: TaskTracker,
-    execs: Execs,
+    execs: TaskTracker,
     completer_task: TaskTracker,
+    completer_stop: CancellationToken,
     stop_timeout: Duration,
     shut_down: AtomicBool,
 }
@@ -380,21 +383,19 @@ impl Runtime {
 
     fn spawn_all(
         &self,
-        rx: Option<tokio::sync::mpsc::Receiver<Done>>,
+        rx: Option<tokio::sync::mpsc::Receiver<completer::Done>>,
         max_batch: usize,
         max_wait: Duration,
         schedules: Schedules,
         start: Option<taskgate::Timestamp>,
     ) {
         let inner = &self.inner;
-        let spawn = |tracker: &TaskTracker, fut: Background| {
-            tracker.spawn(inner.stops.kill.clone().run_until_cancelled_owned(fut));
-        };
+        let spawn = |tracker: &TaskTracker, fut| spawn_killable(tracker, &inner.kill, fut);
         if let Some(rx) = rx {
-            let stop = inner.stops.flush.clone();
+            let stop = self.completer_stop.clone();
             spawn(
                 &self.completer_task,
-                Box::pin(batcher::run(inner.clone(), rx, max_batch, max_wait, stop)),
+                Box::pin(completer::run(inner.clone(), rx, max_batch, max_wait, stop)),
             );
         }
         for q in inner.queues.values() {
@@ -404,10 +405,10 @@ impl Runtime {
                 continue;
             }
             for n in 0..ahead::FEEDERS {
-                let feed = feed_loop(inner.clone(), q.clone(), execs.clone(), n);
+                let feed = ahead::feed_loop(inner.clone(), q.clone(), execs.clone(), n);
                 spawn(&self.loops, Box::pin(feed));
             }
-            spawn(&self.loops, Box::pin(keeper(inner.clone(), q.clone(), execs)));
+            spawn(&self.loops, Box::pin(ahead::keeper(inner.clone(), q.clone(), execs)));
         }
         let min_ttl = inner.queues.values().map(|q| q.settings.lease_ttl).min();
         if let Some(ttl) = min_ttl {
@@ -441,28 +442,27 @@ impl Runtime {
         if self.shut_down.swap(true, Ordering::SeqCst) {
             return Ok(ShutdownReport::default());
         }
-        self.inner.stops.shutting_down.cancel();
+        self.inner.shutting_down.cancel();
         self.loops.close();
         self.loops.wait().await;
         for q in self.inner.queues.values() {
-            requeue_held(&self.inner, q).await;
+            ahead::requeue_held(&self.inner, q).await;
         }
-        let execs = &self.execs.tracker;
-        execs.close();
-        let graceful = tokio::time::timeout(grace, execs.wait()).await.is_ok();
+        self.execs.close();
+        let graceful = tokio::time::timeout(grace, self.execs.wait()).await.is_ok();
         if !graceful {
             let running = self.inner.running.interrupt_all();
             tracing::warn!(running, "shutdown grace elapsed; cancelling running handlers");
-            if tokio::time::timeout(self.stop_timeout, execs.wait()).await.is_err() {
+            if tokio::time::timeout(self.stop_timeout, self.execs.wait()).await.is_err() {
                 tracing::warn!(
                     "handlers ignored cancellation; dropping them (one that blocks its thread \
                      cannot be dropped: shutdown waits until it returns)"
                 );
-                self.inner.stops.abandon.cancel();
-                execs.wait().await;
+                self.inner.abandon.cancel();
+                self.execs.wait().await;
             }
         }
-        self.inner.stops.flush.cancel();
+        self.completer_stop.cancel();
         self.completer_task.close();
         self.completer_task.wait().await;
         let report = self.inner.tally.report(!graceful);
@@ -482,8 +482,8 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         if !self.shut_down.load(Ordering::SeqCst) {
-            // The root of the stop tree: shutdown's signals below it fire too.
-            self.inner.stops.kill.cancel();
+            self.inner.shutting_down.cancel();
+            self.inner.kill.cancel();
         }
     }
 }
@@ -502,13 +502,17 @@ impl std::fmt::Debug for Runtime {
 
 type Background = std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
+fn spawn_killable(tracker: &TaskTracker, kill: &CancellationToken, fut: Background) {
+    tracker.spawn(killable(kill.clone(), fut));
+}
+
 /// The process's reaper: `reap_expired` at every tick of the clock until shutdown; errors
 /// are logged and the next round tries again.
 async fn reaper(inner: Arc<Inner>, mut ticker: Ticker) {
     loop {
         tokio::select! {
             () = ticker.tick() => {}
-            () = inner.stops.shutting_down.cancelled() => return,
+            () = inner.shutting_down.cancelled() => return,
         }
         match inner.broker.reap_expired().await {
             Ok(0) => {}
