@@ -26,7 +26,7 @@ use brokertest::{within, WAIT_LIMIT};
 use taskgate::{BoxError, Broker, ErrorKind, Filter, Status, Task};
 use taskgate_mysql::testing::{MySqlFactory, MySqlStorage};
 use taskgate_mysql::MySqlBroker;
-use taskgate_sql::cutproxy::is_commit_unknown;
+use taskgate_sql::is_commit_unknown;
 use taskgate_worker::{Config, QueueConfig, Runtime};
 
 /// The script that kills and restarts nodes.

@@ -26,7 +26,7 @@ use brokertest::{within, WAIT_LIMIT};
 use sqlx::Connection as _;
 use taskgate::{BoxError, Broker, ErrorKind, Filter, Status, Task};
 use taskgate_postgres::{PgBroker, PgOptions};
-use taskgate_sql::cutproxy::is_commit_unknown;
+use taskgate_sql::is_commit_unknown;
 use taskgate_worker::{Config, QueueConfig, Runtime};
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
